@@ -1,0 +1,3 @@
+from kedi.cli import main
+
+main()

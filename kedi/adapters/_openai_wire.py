@@ -1,0 +1,387 @@
+"""The OpenAI chat-completions wire format, as the `openai` adapter speaks it.
+
+Pure functions and data, no I/O: portable messages to wire messages and back,
+tools and strict JSON Schemas, call settings to request fields, and provider
+error replies to kedi errors. The adapter (`kedi.adapters.openai`) does the
+HTTP, the tool loop and the retries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from kedi.adapters._portable import PortableTurn, compact_json
+from kedi.adapters.base import JSONDict, Usage
+from kedi.errors import (
+    AuthenticationError,
+    CapabilityError,
+    ContextLengthError,
+    HistoryShapeError,
+    KediConfigError,
+    ModelNotFoundError,
+    ProviderError,
+    RateLimitError,
+)
+from kedi.history import Message, ToolCall, wire_tool_arguments
+
+DEFAULT_OUTPUT_RETRIES = 2
+DEFAULT_REQUEST_LIMIT = 10
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""Statuses worth retrying, besides every 5xx."""
+
+# Forwarded under the same name; `max_tokens` rather than `max_completion_tokens`
+# because every compatible server accepts it (OpenAI still does, for non-reasoning models).
+_BODY_SETTINGS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "service_tier",
+)
+_EFFORTS = {"max": "xhigh"}
+"""`> effort:` values OpenAI spells differently."""
+_TOOL_CHOICES = frozenset({"auto", "none", "required"})
+
+# Provider wordings of a 400 caused by unpaired tool calls and results
+# (adapters notes §4), lowercased.
+_HISTORY_SHAPE = (
+    "must be a response to a preceeding message with 'tool_calls'",
+    "must be a response to a preceding message with 'tool_calls'",
+    "must be followed by tool messages",
+    "insufficient tool messages following tool_calls",
+    "no tool call found for function call output",
+    "ids were found without `tool_result` blocks",
+    "unexpected `tool_use_id`",
+)
+_CONTEXT_LENGTH = ("context_length_exceeded", "maximum context length", "context window")
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """The settings of one call, checked and mapped to the wire."""
+
+    params: JSONDict
+    """Request-body fields (temperature, stop, reasoning_effort, ...)."""
+    headers: dict[str, str]
+    extra_body: JSONDict
+    """Merged into the body last: it may override any field."""
+    tool_choice: Any
+    parallel_tool_calls: bool | None
+    timeout: float
+    max_retries: int
+    output_retries: int
+    request_limit: int
+
+
+def call_options(settings: Mapping[str, Any], *, timeout: float, max_retries: int) -> CallOptions:
+    """Check a call's settings and map them to the wire; settings it does not know are dropped.
+
+    `timeout` and `max_retries` are the adapter's defaults for the settings of those names.
+
+    Raises:
+        KediConfigError: a setting has a value the adapter cannot use.
+    """
+    params = {key: settings[key] for key in _BODY_SETTINGS if settings.get(key) is not None}
+    stop = settings.get("stop", settings.get("stop_sequences"))
+    if stop is not None:
+        params["stop"] = _stop(stop)
+    effort = settings.get("reasoning_effort", settings.get("effort"))
+    if effort is not None:
+        params["reasoning_effort"] = (
+            _EFFORTS.get(effort, effort) if isinstance(effort, str) else effort
+        )
+    headers = settings.get("extra_headers") or {}
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
+        raise KediConfigError("the extra_headers setting must map header names to strings")
+    extra_body = settings.get("extra_body") or {}
+    if not isinstance(extra_body, Mapping):
+        raise KediConfigError("the extra_body setting must be a mapping of request fields")
+    choice = settings.get("tool_choice")
+    if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+        choice = {"type": "function", "function": {"name": choice}}  # a tool's name
+    try:
+        json.dumps([params, dict(extra_body), choice], allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise KediConfigError(
+            f"the openai adapter's settings must be JSON values: {error}"
+        ) from None
+    parallel = settings.get("parallel_tool_calls")
+    return CallOptions(
+        params=params,
+        headers={str(name): value for name, value in headers.items()},
+        extra_body=dict(extra_body),
+        tool_choice=choice,
+        parallel_tool_calls=None if parallel is None else bool(parallel),
+        timeout=seconds("timeout", settings.get("timeout", timeout)),
+        max_retries=count("max_retries", settings.get("max_retries", max_retries), 0),
+        output_retries=count(
+            "output_retries", settings.get("output_retries", DEFAULT_OUTPUT_RETRIES), 0
+        ),
+        request_limit=count(
+            "request_limit", settings.get("request_limit", DEFAULT_REQUEST_LIMIT), 1
+        ),
+    )
+
+
+def _stop(value: Any) -> list[str]:
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list | tuple) or not all(isinstance(item, str) for item in stops):
+        raise KediConfigError(
+            f"the stop setting must be a string or a list of strings, not {value!r}"
+        )
+    return list(stops)
+
+
+def count(name: str, value: Any, minimum: int) -> int:
+    """`value` if it is an integer >= `minimum`, else a `KediConfigError` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise KediConfigError(f"the {name} setting must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def seconds(name: str, value: Any) -> float:
+    """`value` if it is a positive number, else a `KediConfigError` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise KediConfigError(f"the {name} setting must be a number of seconds > 0, not {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def wire_messages(messages: Sequence[Message]) -> list[JSONDict]:
+    """Portable messages as wire messages (stamps and thinking blocks are never sent).
+
+    A failed tool result is sent as `Error: <content>`, since the wire has no
+    failure flag.
+
+    Raises:
+        CapabilityError: a message carries parts other than images on a user message.
+    """
+    return [_wire_message(message) for message in messages]
+
+
+def _wire_message(message: Message) -> JSONDict:
+    if message.role == "assistant":
+        # The wire wants `null` content beside tool calls, and a string otherwise.
+        content = message.content or (None if message.tool_calls else "")
+        wire: JSONDict = {"role": "assistant", "content": content}
+        if message.tool_calls:
+            wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
+        return wire
+    if message.parts and message.role != "user":
+        raise CapabilityError(f"the openai adapter cannot send parts on {message.role} messages")
+    if message.role == "tool":
+        content = f"Error: {message.content}" if message.failed else message.content
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+    if message.parts:
+        return {"role": message.role, "content": _content_parts(message)}
+    return {"role": message.role, "content": message.content}
+
+
+def _wire_call(call: ToolCall) -> JSONDict:
+    # C4, with `arguments` a JSON string: an object goes back as the model wrote it
+    # (trimmed); empty or truncated text as the object `wire_tool_arguments` makes.
+    raw = call.args.strip()
+    arguments = raw if raw and not call.truncated else compact_json(wire_tool_arguments(call.args))
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _content_parts(message: Message) -> list[JSONDict]:
+    parts: list[JSONDict] = [{"type": "text", "text": message.content}] if message.content else []
+    for part in message.parts:
+        if part.kind != "image":
+            raise CapabilityError(f"the openai adapter cannot send {part.kind} parts, only images")
+        url = part.url if part.url is not None else f"data:{part.media_type};base64,{part.data}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def function_tool(
+    name: str, description: str, parameters: JSONDict, strict: bool = False
+) -> JSONDict:
+    """A `tools` entry offering one function."""
+    function: JSONDict = {"name": name, "description": description, "parameters": parameters}
+    if strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def response_format(name: str, schema: JSONDict, strict: bool) -> JSONDict:
+    """The `response_format` asking for JSON matching `schema`."""
+    # OpenAI accepts names matching `^[a-zA-Z0-9_-]{1,64}$`.
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "output"
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": safe, "schema": schema, "strict": strict},
+    }
+
+
+def strict_schema(schema: JSONDict) -> JSONDict | None:
+    """A copy of `schema` in OpenAI's strict subset, or None when it has no strict form.
+
+    Strict mode needs every object closed (`additionalProperties: false`) with
+    all its properties required, so defaults are dropped (every field is then
+    given). A free-form object (a dict type, or no properties) has no strict form.
+    """
+    try:
+        return _strict(schema)
+    except _NotStrict:
+        return None
+
+
+class _NotStrict(Exception):
+    pass
+
+
+def _strict(node: JSONDict) -> JSONDict:
+    out = {key: value for key, value in node.items() if key != "default"}
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _strict(sub) for name, sub in out[key].items()}
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if isinstance(out.get(key), list):
+            out[key] = [_strict(sub) for sub in out[key]]
+    for key in ("items", "not"):
+        if isinstance(out.get(key), dict):
+            out[key] = _strict(out[key])
+    if out.get("type") == "object" or "properties" in out:
+        if "properties" not in out or out.get("additionalProperties", False) is not False:
+            raise _NotStrict
+        out["additionalProperties"] = False
+        out["required"] = list(out["properties"])
+    return out
+
+
+# --------------------------------------------------------------------------- replies
+
+
+def assistant_message(turn: PortableTurn, message: Any) -> Message:
+    """The portable, stamped form of a reply's `message`; tool-call args stay raw text.
+
+    A refusal becomes the content. A call without an id, which could never be
+    answered (C3), is named by its position (`call_<request>_<n>`).
+    """
+    if not isinstance(message, dict):
+        message = {}
+    calls = []
+    for number, call in enumerate(message.get("tool_calls") or (), start=1):
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        calls.append(
+            ToolCall(
+                id=str(call.get("id") or f"call_{turn.usage.requests + 1}_{number}"),
+                name=str(function.get("name") or ""),
+                args=str(function.get("arguments") or ""),
+            )
+        )
+    content = message.get("content") or message.get("refusal") or ""
+    if isinstance(content, list):  # some servers answer with content parts
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return turn.stamp(role="assistant", content=str(content), tool_calls=calls)
+
+
+def json_text(text: str) -> str:
+    """The JSON object in a prompted reply: inside a Markdown fence, or from `{` to `}`."""
+    fenced = _FENCE.search(text)
+    if fenced:
+        return fenced.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    return text[start : end + 1] if 0 <= start < end else text
+
+
+def reply_usage(data: Any) -> Usage | None:
+    """The token counts of a reply's `usage` object, or None if it has none."""
+    if not isinstance(data, dict):
+        return None
+    prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    return Usage(input_tokens=prompt, output_tokens=completion)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def error_fields(data: Any) -> tuple[str, str]:
+    """(code, message) of an error body: `{"error": {...}}`, `{"error": "..."}` or `{...}`."""
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if not isinstance(error, dict):
+        return "", str(error)[:500]
+    code = str(error.get("code") or error.get("type") or "")
+    message = error.get("message")
+    return code, str(message) if message else json.dumps(error)[:500]
+
+
+def provider_error(status: int, code: str, detail: str, where: str) -> ProviderError:
+    """The kedi error for an HTTP error reply; `detail` is the provider's message."""
+    retryable = status in RETRYABLE_STATUSES or status >= 500
+    if status in (401, 403):
+        return AuthenticationError(
+            f"{where} rejected the credentials (HTTP {status}): {detail}; check OPENAI_API_KEY",
+            status=status,
+        )
+    if status == 404:
+        return ModelNotFoundError(
+            f"{where}: model or endpoint not found (HTTP 404): {detail}", status=status
+        )
+    if status == 429:
+        return RateLimitError(
+            f"{where} is rate limiting requests (HTTP 429): {detail}", status=status, retryable=True
+        )
+    if status < 500 and any(marker in f"{code} {detail}".lower() for marker in _CONTEXT_LENGTH):
+        return ContextLengthError(
+            f"{where}: the request exceeds the context window: {detail}", status=status
+        )
+    if status < 500 and any(marker in detail.lower() for marker in _HISTORY_SHAPE):
+        return HistoryShapeError(
+            f"{where} rejected the message sequence (tool calls and results unpaired): {detail}",
+            status=status,
+        )
+    return ProviderError(
+        f"{where} failed with HTTP {status}: {detail}", status=status, retryable=retryable
+    )
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """The wait a reply asks for, in seconds: `retry-after-ms`, else `Retry-After` (seconds or a date)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(float(value) * scale, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    try:
+        when = parsedate_to_datetime(value) if value else None
+    except (TypeError, ValueError):
+        when = None
+    if when is None:
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)

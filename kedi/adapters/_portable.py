@@ -1,0 +1,222 @@
+"""Shared machinery of adapters whose lanes hold portable `Message`s.
+
+The offline, script and OpenAI-compatible adapters all keep kedi's portable
+messages in their lanes, so they build requests, stamp messages, run tools,
+report transcript exchanges and count usage the same way. `PortableTurn`
+tracks one call from its first model request to its `CallResult`:
+
+- `prefix`: the instructions (a system message, only if non-empty) and the
+  repaired lane history; sent with every request, never part of the turn;
+- `added`: the stamped user prompt, then everything the call adds (assistant
+  replies, tool results, correction messages), which becomes
+  `CallResult.new_messages` on success.
+
+Every model request is reported to `CallRequest.on_exchange` with the C1
+JSON of exactly what was sent; its `response` is the C1 JSON of the reply
+message (or `{"error": ...}` for a request that failed).
+
+Usage is a deterministic estimate: `estimate_tokens` of the messages sent per
+request (input) and of each reply (output); `tool_calls` counts the tool
+calls that succeeded, as Pydantic AI does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import to_json
+
+from kedi.adapters.base import (
+    CallRequest,
+    CallResult,
+    Exchange,
+    JSONDict,
+    OutputSpec,
+    ToolSpec,
+    Usage,
+)
+from kedi.history import (
+    Message,
+    PartialResult,
+    ToolCall,
+    build_request_messages,
+    estimate_tokens,
+    resolve_conversation_id,
+    resolve_run_id,
+    wire_tool_arguments,
+)
+from kedi.history.partial import PartialStage
+
+
+def request_messages(request: CallRequest, *, run_id: str, conversation_id: str) -> list[Message]:
+    """The messages of a call's first model request: instructions, history, prompt (C2).
+
+    This is the one place a request is built from a `CallRequest`, so history
+    processing belongs here too.
+    """
+    return build_request_messages(
+        request.instructions,
+        request.history,
+        request.prompt,
+        run_id=run_id,
+        conversation_id=conversation_id,
+    )
+
+
+@dataclass
+class PortableTurn:
+    """One call in progress: what each request sends and what the call adds."""
+
+    request: CallRequest
+    prefix: list[Message]
+    """Instructions and repaired history: sent every time, never committed."""
+    added: list[Message]
+    """The prompt first, then every message this call added."""
+    run_id: str
+    conversation_id: str
+    usage: Usage = field(default_factory=Usage)
+
+    @classmethod
+    def start(cls, request: CallRequest) -> PortableTurn:
+        """Build the first request of `request` with its identity resolved (C8)."""
+        run_id = resolve_run_id(request.run_id)
+        conversation_id = resolve_conversation_id(request.conversation_id, request.history)
+        messages = request_messages(request, run_id=run_id, conversation_id=conversation_id)
+        return cls(request, messages[:-1], messages[-1:], run_id, conversation_id)
+
+    @property
+    def messages(self) -> list[Message]:
+        """Everything the next model request sends, in order."""
+        return [*self.prefix, *self.added]
+
+    def stamp(self, **fields: Any) -> Message:
+        """A new message stamped with this call's run and conversation ids."""
+        return Message(run_id=self.run_id, conversation_id=self.conversation_id, **fields)
+
+    def record(self, response: Any) -> None:
+        """Count one model request and report it to the transcript sink, if any."""
+        sent = self.messages
+        self.usage += Usage(input_tokens=estimate_tokens(sent), requests=1)
+        if self.request.on_exchange is not None:
+            output = self.request.output
+            self.request.on_exchange(
+                Exchange(
+                    messages=tuple(m.to_json_dict() for m in sent),
+                    response=response,
+                    output_schema=output.json_schema if output is not None else None,
+                    tools=tuple(tool.name for tool in self.request.tools),
+                )
+            )
+
+    def respond(self, reply: Message) -> None:
+        """Record a model request whose answer is `reply`, then add the reply to the turn."""
+        self.record(reply.to_json_dict())
+        self.usage += Usage(output_tokens=estimate_tokens([reply]))
+        self.added.append(reply)
+
+    def add(self, message: Message) -> None:
+        """Add a message that did not come from the model (tool result, correction)."""
+        self.added.append(message)
+
+    def result(self, value: Any) -> CallResult:
+        """The successful call: `value` and the whole turn."""
+        return CallResult(value=value, new_messages=tuple(self.added), usage=self.usage)
+
+    def partial(self, stage: PartialStage) -> PartialResult | None:
+        """Evidence of a failed call: the history through its last completed model turn.
+
+        `None` when the model never answered (nothing completed).
+        """
+        ends = [i for i, m in enumerate(self.added) if m.role in ("assistant", "tool")]
+        if not ends:
+            return None
+        history = [m for m in self.prefix if m.role != "system"]
+        return PartialResult(
+            stage=stage,
+            messages=[*history, *self.added[: ends[-1] + 1]],
+            usage=self.usage,
+            requests=self.usage.requests,
+            tool_calls=self.usage.tool_calls,
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+        )
+
+    async def run_tools(self, calls: Sequence[ToolCall]) -> None:
+        """Run the calls of an assistant turn in order and add one tool result each.
+
+        A failure never ends the call: the error text goes back to the model as
+        a `failed` result, as does a call to a tool the request does not offer.
+        """
+        tools = {tool.name: tool for tool in self.request.tools}
+        for call in calls:
+            content, ok = await _run_tool(tools, call)
+            self.usage += Usage(tool_calls=int(ok))
+            self.add(
+                self.stamp(
+                    role="tool",
+                    content=content,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    failed=not ok,
+                )
+            )
+
+
+async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> tuple[str, bool]:
+    """Run one call; return the result text and whether it succeeded."""
+    tool = tools.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(tools)) or "none"
+        return f"unknown tool {call.name!r}; available tools: {offered}", False
+    try:
+        result = await tool.handler(wire_tool_arguments(call.args))
+    except Exception as error:  # any tool failure is reported to the model, not raised
+        return str(error) or type(error).__name__, False
+    return tool_result_text(result), True
+
+
+def at_origin(request: CallRequest) -> str:
+    """` at flow.kedi:12` when the request knows its source location, else nothing."""
+    return f" at {request.origin}" if request.origin else ""
+
+
+def tool_result_text(result: Any) -> str:
+    """The content of a tool result: strings as they are, anything else as compact JSON."""
+    if isinstance(result, str):
+        return result
+    return to_json(result, fallback=str).decode()
+
+
+def compact_json(data: Any) -> str:
+    """Compact JSON text, as a structured reply's content is stored."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def validation_problems(error: ValidationError) -> list[str]:
+    """One readable line per validation error: `field.path: message`."""
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(piece) for piece in item["loc"])
+        problems.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return problems
+
+
+def correction_text(problems: Sequence[str], spec: OutputSpec) -> str:
+    """The user message that sends validation errors back to the model."""
+    listed = "\n".join(f"- {problem}" for problem in problems)
+    fields = ", ".join(spec.fields)
+    return (
+        f"Your reply did not validate:\n{listed}\n"
+        f"Reply again with one JSON object with the fields {fields}, fixing these errors."
+    )
+
+
+def decode_outputs(spec: OutputSpec, reply: str | JSONDict) -> dict[str, Any]:
+    """Validate a structured reply (JSON text or decoded data); raises `ValidationError`."""
+    if isinstance(reply, str):
+        return spec.validate_json(reply)
+    return spec.validate_python(reply)

@@ -1,0 +1,216 @@
+"""The adapter contract: one async method, capabilities as data.
+
+The interpreter builds a `CallRequest` for every `>>` and `<<` statement and
+awaits `Adapter.request`. The adapter owns everything model-specific (wire
+format, tool loop, structured-output mode, validation retries, history
+processing over its own native messages) and returns a `CallResult` holding the
+validated value, the complete turn to commit, and usage. It never touches the
+conversation itself: committing is the interpreter's job, done only after the
+call succeeded.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from kedi.errors import CapabilityError
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token and request counts of one call (summed over its model requests)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    tool_calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.requests + other.requests,
+            self.tool_calls + other.tool_calls,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What a structured call must produce: one object whose fields are the captures."""
+
+    model: type[BaseModel]
+    """A pydantic model with one field per capture, in source order."""
+    json_schema: JSONDict
+    """`model.model_json_schema()`, computed once."""
+
+    @property
+    def name(self) -> str:
+        return self.model.__name__
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The capture names, in source order."""
+        return tuple(field.alias or name for name, field in self.model.model_fields.items())
+
+    def validate_json(self, text: str | bytes) -> dict[str, Any]:
+        """Validate a JSON reply strictly; return the captures by name."""
+        instance = self.model.model_validate_json(text, strict=True)
+        return {
+            field.alias or name: getattr(instance, name) for name, field in self.model.model_fields.items()
+        }
+
+    def validate_python(self, data: Any) -> dict[str, Any]:
+        """Validate JSON-shaped Python data (as decoded from a reply)."""
+        return self.validate_json(_dumps(data))
+
+
+def _dumps(data: Any) -> str:
+    import json
+
+    return json.dumps(data)
+
+
+ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call during one request."""
+
+    name: str
+    description: str
+    parameters: JSONDict
+    """JSON Schema (an object) of the arguments."""
+    handler: ToolHandler
+    """Validates the arguments, runs the tool, returns its result; raises on failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One model request as a transcript records it (portable C1 JSON)."""
+
+    messages: tuple[JSONDict, ...]
+    """Exactly what was sent: instructions first, then history, then the prompt."""
+    response: Any
+    output_schema: JSONDict | None = None
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """Everything one `>>` / `<<` call needs. Immutable: adapters never edit it."""
+
+    prompt: str
+    instructions: str = ""
+    """Resolved `> system:` text for this call: sent first, never stored in history."""
+    history: tuple[Any, ...] = ()
+    """The lane snapshot, in the adapter's own message type (read-only)."""
+    output: OutputSpec | None = None
+    """`None` for a text call (raw invoke, or a template with no captures)."""
+    tools: tuple[ToolSpec, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    model: str | None = None
+    run_id: str = ""
+    conversation_id: str = ""
+    cache_key: str | None = None
+    """The lane's opaque cache identity (usable as a provider prompt-cache key)."""
+    cache_epoch: int = 0
+    history_processor: Callable[..., Any] | None = None
+    origin: str = ""
+    """Where the call is in the source (`flow.kedi:12`), for error messages."""
+    on_exchange: Callable[[Exchange], None] | None = None
+    """Transcript sink: called once per model request."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """What a successful call produced."""
+
+    value: Any
+    """A `dict` of validated captures for structured calls, else the reply `str`."""
+    new_messages: tuple[Any, ...]
+    """The whole turn (prompt, tool traffic, reply) in native messages, pair-valid."""
+    usage: Usage = Usage()
+    rewritten_history: tuple[Any, ...] | None = None
+    """History after an accepted processor edit (replaces the lane on commit)."""
+    rewrites: int = 0
+    """How many times a history processor actually rewrote the history."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterProfile:
+    """Capability facts. `None` means unknown; never advertise and then ignore."""
+
+    structured_output: bool = True
+    tools: bool = False
+    streaming: bool = False
+    history: bool = True
+    offline: bool = False
+    message_format: str = "portable"
+    """`portable` (kedi `Message`), `pydantic-ai` or `langchain`."""
+    settings: frozenset[str] = frozenset()
+    """Setting names the adapter forwards; others are filtered at the boundary."""
+
+
+COMMON_SETTINGS = frozenset(
+    {
+        "temperature",
+        "max_tokens",
+        "top_p",
+        "seed",
+        "stop",
+        "stop_sequences",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "timeout",
+        "parallel_tool_calls",
+        "tool_choice",
+        "extra_headers",
+        "extra_body",
+        "service_tier",
+        "thinking",
+    }
+)
+
+
+class Adapter(ABC):
+    """Base class of every model backend."""
+
+    shortname: ClassVar[str]
+    profile: ClassVar[AdapterProfile] = AdapterProfile()
+
+    #: The model id this adapter instance talks to (part of the lane key).
+    model_name: str = ""
+
+    @abstractmethod
+    async def request(self, request: CallRequest) -> CallResult:
+        """Run one call (including any tool loop and validation retries)."""
+
+    def check(self, request: CallRequest) -> None:
+        """Raise `CapabilityError` before any I/O if the request can't be served."""
+        if request.output is not None and not self.profile.structured_output:
+            raise CapabilityError(
+                f"adapter {self.shortname!r} has no structured output; "
+                "use a raw invoke `[x] << ...` or another adapter"
+            )
+        if request.tools and not self.profile.tools:
+            raise CapabilityError(f"adapter {self.shortname!r} does not support tools")
+
+    def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
+        """Serialize native messages to JSON-compatible data (for persistence)."""
+        return [m.model_dump(mode="json", by_alias=True, exclude_defaults=True) for m in messages]
+
+    def load_messages(self, data: Sequence[Any]) -> list[Any]:
+        """Inverse of `dump_messages`."""
+        from kedi.history.messages import Message
+
+        return [Message.model_validate(item) for item in data]

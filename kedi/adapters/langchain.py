@@ -1,0 +1,635 @@
+"""The LangChain adapter: native `BaseMessage` lanes over any LangChain chat model.
+
+`LangChainAdapter(chat_model)` takes any `BaseChatModel` and owns the whole
+call, so the lane gets exactly what was sent and answered:
+
+- **Requests**: a leading `SystemMessage` with the call's instructions (never
+  stored), then the lane history without its system messages, then the turn so
+  far, starting with a `HumanMessage` holding the prompt.
+- **Tool loop**: `bind_tools(specs)` → `ainvoke` → run the handlers → append
+  one `ToolMessage` per call (a failure, an unknown tool or unparsable
+  arguments become a `ToolMessage(status="error")`) → repeat until the model
+  answers without tool calls; at most `max_rounds` model requests per call.
+- **Structured output**: without tools, `with_structured_output(model,
+  include_raw=True)` (so each chat model uses its own method: a forced tool,
+  or a JSON response format); with tools, the output schema is bound as one
+  more tool and the model is asked to call some tool every round (a forced
+  single schema tool would leave it unable to use the call's tools). kedi
+  validates the raw reply itself, with the JSON rules of `request.output`. A
+  tool call it answers is closed with a `ToolMessage` before the turn is
+  committed, so the next request is pair-valid. An invalid reply is sent back,
+  as a `ToolMessage(status="error")` in tool mode or a `HumanMessage` in JSON
+  mode, up to `output_retries` times.
+- **Settings**: generation settings (`temperature`, `max_tokens`, `top_p`,
+  `seed`, `stop`/`stop_sequences`, penalties, `logit_bias`, `service_tier`,
+  `extra_body`) are set on a copy of the chat model, but only where its class
+  declares a field of that name; `effort` goes to its `reasoning_effort`
+  field, else `reasoning={"effort": ...}`; `tool_choice` and
+  `parallel_tool_calls` go to `bind_tools`. Everything else is dropped.
+- **Usage**: summed from each reply's `usage_metadata`; a reply without it is
+  estimated with `count_tokens_approximately`.
+- **History processors** (Part B) run before every model request, tool-loop
+  follow-ups and retries included.
+
+LangChain messages carry no run or conversation stamps (they have no field
+for them that providers are guaranteed to ignore).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from kedi.adapters._openai_wire import count, json_text, provider_error
+from kedi.adapters._portable import correction_text, tool_result_text, validation_problems
+from kedi.adapters.base import (
+    Adapter,
+    AdapterProfile,
+    CallRequest,
+    CallResult,
+    Exchange,
+    JSONDict,
+    OutputSpec,
+    Usage,
+)
+from kedi.errors import (
+    AdapterError,
+    AuthenticationError,
+    CapabilityError,
+    ExtraNotInstalledError,
+    HistoryError,
+    HistoryProcessingValidationError,
+    KediConfigError,
+    KediUsageError,
+    OutputValidationError,
+    ProviderError,
+)
+from kedi.history import PartialResult, wire_tool_arguments
+from kedi.history.grouping import SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history.partial import PartialStage
+from kedi.history.processors import (
+    ProcessorChain,
+    check_not_reentrant,
+    run_history_processor,
+)
+
+try:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        messages_from_dict,
+        messages_to_dict,
+    )
+    from langchain_core.messages.utils import count_tokens_approximately
+    from langchain_core.runnables import Runnable
+except ImportError as error:  # pragma: no cover - exercised by a test that hides langchain_core
+    raise ExtraNotInstalledError("langchain-core", "langchain") from error
+
+__all__ = ["CLASSIFIER", "LangChainAdapter"]
+
+_FIELD_SETTINGS = (
+    "temperature",
+    "max_tokens",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "service_tier",
+    "extra_body",
+)
+"""Settings set on the chat model's field of the same name (read on every request)."""
+_BIND_SETTINGS = ("tool_choice", "parallel_tool_calls")
+"""Settings passed to `bind_tools`."""
+_CLOSED = "Final result processed."
+"""The content of the `ToolMessage` that closes an accepted output-tool call (as Pydantic AI words it)."""
+IN_PROGRESS = "call-in-progress"
+"""Protection reason of the messages the running call has added so far."""
+
+
+class LangChainAdapter(Adapter):
+    """Runs kedi calls on a LangChain chat model, with kedi's own tool loop."""
+
+    shortname: ClassVar[str] = "langchain"
+    profile: ClassVar[AdapterProfile] = AdapterProfile(
+        structured_output=True,
+        tools=True,
+        streaming=False,
+        history=True,
+        offline=False,
+        message_format="langchain",
+        settings=frozenset({*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort"}),
+    )
+
+    def __init__(
+        self,
+        chat_model: BaseChatModel,
+        *,
+        history_processor: Callable[..., Any] | None = None,
+        max_rounds: int = 10,
+        output_retries: int = 2,
+    ) -> None:
+        """Wrap `chat_model`; raises `KediConfigError` on a bad argument."""
+        if not isinstance(chat_model, BaseChatModel):
+            raise KediConfigError(
+                "the langchain adapter needs a LangChain chat model object, not "
+                f"{type(chat_model).__name__}; build one in Python and pass it, e.g. "
+                "run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
+            )
+        self.chat_model = chat_model
+        self.history_processor = history_processor
+        self.max_rounds = count("max_rounds", max_rounds, 1)
+        self.output_retries = count("output_retries", output_retries, 0)
+        self.model_name = _model_name(chat_model)
+        kind = type(chat_model)
+        # The base class implements neither; with_structured_output falls back on bind_tools.
+        self.supports_tools = kind.bind_tools is not BaseChatModel.bind_tools
+        self.supports_structured = self.supports_tools or (
+            kind.with_structured_output is not BaseChatModel.with_structured_output
+        )
+
+    def __repr__(self) -> str:
+        """`LangChainAdapter('<model name>')`."""
+        return f"LangChainAdapter({self.model_name!r})"
+
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports, one row per capability-matrix line."""
+        return {
+            "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
+            "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
+            "streaming": "no",
+            "history": "yes: LangChain BaseMessage lanes, history processors before every request",
+            "message format": cls.profile.message_format,
+            "settings": ", ".join(sorted(cls.profile.settings))
+            + " (where the chat model has the field)",
+        }
+
+    def check(self, request: CallRequest) -> None:
+        """Raise `CapabilityError` before any I/O if the chat model cannot serve the request."""
+        name = type(self.chat_model).__name__
+        if request.tools and not self.supports_tools:
+            raise CapabilityError(
+                f"chat model {name} does not implement bind_tools, so it cannot use tools"
+            )
+        if request.output is not None and not self.supports_structured:
+            raise CapabilityError(
+                f"chat model {name} implements neither bind_tools nor with_structured_output, "
+                "so it has no structured output; use a raw invoke `[x] << ...`"
+            )
+        if request.output is not None and request.output.name in {
+            tool.name for tool in request.tools
+        }:
+            raise CapabilityError(
+                f"a tool is named {request.output.name!r}, the name of the call's output schema"
+            )
+
+    async def request(self, request: CallRequest) -> CallResult:
+        """Run one call: the tool loop, structured-output retries, history processing."""
+        check_not_reentrant(self)
+        _require_asyncio()
+        self.check(request)
+        processor = self.history_processor
+        if request.history_processor is not None:
+            processor = (
+                request.history_processor
+                if processor is None
+                else ProcessorChain((processor, request.history_processor))
+            )
+        return await _Turn(self, request, processor).run()
+
+    def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
+        """Serialize `BaseMessage`s with `messages_to_dict`."""
+        return messages_to_dict(list(messages))
+
+    def load_messages(self, data: Sequence[Any]) -> list[Any]:
+        """Inverse of `dump_messages`; raises `HistoryError` naming the problem."""
+        try:
+            return messages_from_dict(list(data))
+        except (KeyError, TypeError, ValueError, ValidationError) as error:
+            raise HistoryError(
+                f"not a list of LangChain messages (messages_to_dict form): {error!r}"
+            ) from None
+
+
+def _require_asyncio() -> None:
+    # LangChain's async methods need an asyncio event loop; under trio they fail
+    # with an obscure error from inside the chat model, so say what is wrong up front.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise KediUsageError(
+            "the langchain adapter runs only on asyncio (LangChain does not support trio); "
+            'use anyio.run(..., backend="asyncio")'
+        ) from None
+
+
+def _model_name(chat_model: BaseChatModel) -> str:
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(chat_model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return chat_model._llm_type
+
+
+def _configured(chat_model: BaseChatModel, settings: Any) -> BaseChatModel:
+    """A copy of `chat_model` with the call's generation settings on its own fields."""
+    fields = type(chat_model).model_fields
+    update = {
+        name: settings[name] for name in _FIELD_SETTINGS if name in settings and name in fields
+    }
+    stop = settings.get("stop", settings.get("stop_sequences"))
+    if stop is not None and "stop" in fields:
+        update["stop"] = [stop] if isinstance(stop, str) else list(stop)
+    effort = settings.get("effort")
+    if effort is not None and "reasoning_effort" in fields:
+        update["reasoning_effort"] = effort
+    elif effort is not None and "reasoning" in fields:
+        update["reasoning"] = {"effort": effort}
+    return chat_model.model_copy(update=update) if update else chat_model
+
+
+def _function(name: str, description: str, parameters: JSONDict) -> JSONDict:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+# --------------------------------------------------------------------------- one call
+
+
+@dataclass
+class _Turn:
+    """One call in progress: the history in force, the turn so far, usage."""
+
+    adapter: LangChainAdapter
+    request: CallRequest
+    processor: Callable[..., Any] | None
+    history: list[BaseMessage] = field(default_factory=list)
+    turn: list[BaseMessage] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rewrites: int = 0
+    retries: int = 0
+
+    def __post_init__(self) -> None:
+        self.history = list(self.request.history)
+        self.turn = [HumanMessage(self.request.prompt)]
+
+    @property
+    def where(self) -> str:
+        origin = self.request.origin
+        return f"chat model {self.adapter.model_name!r}" + (f" at {origin}" if origin else "")
+
+    async def run(self) -> CallResult:
+        """The loop: ask, run tools or decode the output, until done or out of rounds."""
+        runnable = self._runnable()
+        spec = self.request.output
+        for _ in range(self.adapter.max_rounds):
+            reply = await self._ask(runnable)
+            if spec is not None:
+                done, value = await self._structured(reply, spec)
+                if done:
+                    return self._result(value)
+            elif reply.tool_calls or reply.invalid_tool_calls:
+                await self._run_tools(reply, skip=None)
+            else:
+                return self._result(str(reply.text))
+        raise AdapterError(
+            f"{self.where} made {self.adapter.max_rounds} model requests without finishing the call "
+            "(max_rounds); the model kept calling tools",
+            partial=self.partial("loop"),
+        )
+
+    def _runnable(self) -> Runnable[Any, Any]:
+        model = _configured(self.adapter.chat_model, self.request.settings)
+        spec = self.request.output
+        tools = [
+            _function(tool.name, tool.description, tool.parameters) for tool in self.request.tools
+        ]
+        if spec is not None and not tools:
+            return model.with_structured_output(spec.model, include_raw=True)
+        if spec is not None:
+            return model.bind_tools(
+                [*tools, _function(spec.name, "The final answer.", spec.json_schema)],
+                tool_choice="any",
+            )
+        if tools:
+            options = {
+                name: self.request.settings[name]
+                for name in _BIND_SETTINGS
+                if name in self.request.settings
+            }
+            return model.bind_tools(tools, **options)
+        return model
+
+    def _result(self, value: Any) -> CallResult:
+        return CallResult(
+            value=value,
+            new_messages=tuple(self.turn),
+            usage=self.usage,
+            rewritten_history=tuple(self.history) if self.rewrites else None,
+            rewrites=self.rewrites,
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    async def _ask(self, runnable: Runnable[Any, Any]) -> AIMessage:
+        """Send one model request (history processed first); add the reply to the turn."""
+        messages = await self._processed()
+        instructions = self.request.instructions
+        sent = [SystemMessage(instructions)] if instructions else []
+        sent += [message for message in messages if not isinstance(message, SystemMessage)]
+        try:
+            answer = await runnable.ainvoke(sent)
+        except Exception as error:  # the chat model's own errors, mapped at this one boundary
+            raise _provider_error(error, self.where, self.partial("model")) from error
+        reply = answer["raw"] if isinstance(answer, dict) else answer
+        if not isinstance(reply, AIMessage):
+            raise AdapterError(
+                f"{self.where} answered with {type(reply).__name__}, not an AIMessage"
+            )
+        self.usage += _reply_usage(sent, reply)
+        self._record(sent, reply)
+        self.turn.append(reply)
+        return reply
+
+    async def _processed(self) -> list[BaseMessage]:
+        """History and turn, through the history processor if there is one."""
+        messages = [*self.history, *self.turn]
+        if self.processor is None:
+            return messages
+        outcome = await run_history_processor(
+            self.processor,
+            messages,
+            _LangChainClassifier(frozenset(map(id, self.turn))),
+            adapter_shortname=self.adapter.shortname,
+            model_id=self.adapter.model_name,
+            request_index=self.usage.requests + 1,
+            cache_epoch=self.request.cache_epoch,
+            owner=self.adapter,
+        )
+        if not outcome.rewritten:
+            return messages
+        kept = list(outcome.messages)
+        prior, tail = kept[: len(kept) - len(self.turn)], kept[len(kept) - len(self.turn) :]
+        if len(tail) != len(self.turn) or any(
+            a is not b for a, b in zip(tail, self.turn, strict=True)
+        ):
+            raise HistoryProcessingValidationError(
+                "a history processor must return the messages of the call in progress unchanged, at the end"
+            )
+        self.history = prior
+        self.rewrites += 1
+        return kept
+
+    def _record(self, sent: list[BaseMessage], reply: AIMessage) -> None:
+        sink = self.request.on_exchange
+        if sink is None:
+            return
+        output = self.request.output
+        sink(
+            Exchange(
+                messages=tuple(portable_json(message) for message in sent),
+                response=portable_json(reply),
+                output_schema=None if output is None else output.json_schema,
+                tools=tuple(tool.name for tool in self.request.tools),
+            )
+        )
+
+    # ------------------------------------------------------------------ tools and output
+
+    async def _run_tools(self, reply: AIMessage, *, skip: str | None) -> None:
+        """Answer every call of `reply` (but the output call `skip`) with one `ToolMessage`."""
+        handlers = {tool.name: tool.handler for tool in self.request.tools}
+        for call in reply.tool_calls:
+            if call["name"] == skip:
+                continue
+            handler = handlers.get(call["name"])
+            if handler is None:
+                offered = ", ".join(sorted(handlers)) or "none"
+                self._answer(
+                    call, f"unknown tool {call['name']!r}; available tools: {offered}", failed=True
+                )
+                continue
+            try:
+                result = await handler(call["args"])
+            # Any tool failure goes back to the model, as on every adapter.
+            except Exception as error:
+                self._answer(call, str(error) or type(error).__name__, failed=True)
+                continue
+            self.usage += Usage(tool_calls=1)
+            self._answer(call, tool_result_text(result), failed=False)
+        for invalid in reply.invalid_tool_calls:
+            if invalid.get("name") != skip:
+                self._answer(
+                    invalid,
+                    f"the arguments are not valid JSON: {invalid.get('error') or invalid.get('args')}",
+                    failed=True,
+                )
+
+    def _answer(self, call: Any, content: str, *, failed: bool) -> None:
+        self.turn.append(
+            ToolMessage(
+                content,
+                tool_call_id=call.get("id") or "",
+                name=call.get("name"),
+                status="error" if failed else "success",
+            )
+        )
+
+    async def _structured(self, reply: AIMessage, spec: OutputSpec) -> tuple[bool, Any]:
+        """Decode a structured reply; return (done, value), sending problems back if invalid."""
+        await self._run_tools(reply, skip=spec.name)
+        call = next((c for c in reply.tool_calls if c["name"] == spec.name), None)
+        broken = next((c for c in reply.invalid_tool_calls if c.get("name") == spec.name), None)
+        try:
+            if call is not None:
+                value = spec.validate_python(call["args"])
+            elif broken is not None:
+                value = spec.validate_python(wire_tool_arguments(broken.get("args") or ""))
+            elif reply.tool_calls or reply.invalid_tool_calls:
+                return False, None  # only the call's own tools this round
+            else:
+                value = spec.validate_json(json_text(str(reply.text)))
+        except ValidationError as error:
+            self._reject(validation_problems(error), spec, call or broken)
+            return False, None
+        if call is not None or broken is not None:
+            self._answer(call or broken, _CLOSED, failed=False)
+        return True, value
+
+    def _reject(self, problems: list[str], spec: OutputSpec, call: Any) -> None:
+        """Send validation problems back (or fail once the retries are spent)."""
+        if self.retries >= self.adapter.output_retries:
+            listed = "; ".join(problems)
+            raise OutputValidationError(
+                f"{self.where} gave no valid output after {self.retries + 1} tries: {listed}",
+                partial=self.partial("decode"),
+            )
+        self.retries += 1
+        text = correction_text(problems, spec)
+        if call is None:
+            self.turn.append(HumanMessage(text))
+        else:
+            self._answer(call, text, failed=True)
+
+    def partial(self, stage: PartialStage) -> PartialResult | None:
+        """Evidence of a failed call: the history through its last completed model turn."""
+        ends = [
+            i for i, message in enumerate(self.turn) if isinstance(message, AIMessage | ToolMessage)
+        ]
+        if not ends:
+            return None
+        return PartialResult(
+            stage=stage,
+            messages=[*self.history, *self.turn[: ends[-1] + 1]],  # type: ignore[list-item]
+            usage=self.usage,
+            requests=self.usage.requests,
+            tool_calls=self.usage.tool_calls,
+            run_id=self.request.run_id,
+            conversation_id=self.request.conversation_id,
+        )
+
+
+def _reply_usage(sent: Sequence[BaseMessage], reply: AIMessage) -> Usage:
+    """One request's usage: the reply's `usage_metadata`, else an approximate count."""
+    meta = reply.usage_metadata
+    if meta:
+        return Usage(
+            input_tokens=meta["input_tokens"], output_tokens=meta["output_tokens"], requests=1
+        )
+    return Usage(
+        input_tokens=count_tokens_approximately(list(sent)),
+        output_tokens=count_tokens_approximately([reply]),
+        requests=1,
+    )
+
+
+def _provider_error(error: Exception, where: str, partial: PartialResult | None) -> ProviderError:
+    """The kedi error of a chat-model failure: by HTTP status where the SDK reports one."""
+    status = getattr(error, "status_code", None)
+    if not isinstance(status, int):
+        status = getattr(getattr(error, "response", None), "status_code", None)
+    detail = f"{type(error).__name__}: {error}"
+    if not isinstance(status, int):
+        return ProviderError(f"{where} failed: {detail}", partial=partial)
+    if status in (401, 403):
+        mapped: ProviderError = AuthenticationError(
+            f"{where} was refused (HTTP {status}): {detail}", status=status
+        )
+    else:
+        mapped = provider_error(status, str(getattr(error, "code", "") or ""), detail, where)
+    mapped.partial = partial
+    return mapped
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def _is_text(message: BaseMessage) -> bool:
+    content = message.content
+    return isinstance(content, str) or all(
+        isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text")
+        for block in content
+    )
+
+
+def portable_json(message: BaseMessage) -> JSONDict:
+    """A LangChain message as a portable C1 message dict (one-way, for transcripts)."""
+    role = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}.get(
+        message.type, message.type
+    )
+    out: JSONDict = {"role": role}
+    text = str(message.text)
+    if text:
+        out["content"] = text
+    if isinstance(message, AIMessage):
+        calls = [
+            {
+                "id": c.get("id") or "",
+                "name": c["name"],
+                "args": json.dumps(c["args"], separators=(",", ":")),
+            }
+            for c in message.tool_calls
+        ]
+        calls += [
+            {"id": c.get("id") or "", "name": c.get("name") or "", "args": c.get("args") or ""}
+            for c in message.invalid_tool_calls
+        ]
+        if calls:
+            out["toolCalls"] = calls
+    if isinstance(message, ToolMessage):
+        out["toolCallId"] = message.tool_call_id
+        if message.name:
+            out["toolName"] = message.name
+        if message.status == "error":
+            out["failed"] = True
+    return out
+
+
+class _LangChainClassifier:
+    """The history-processor `Classifier` of LangChain's `BaseMessage`.
+
+    Messages whose `id()` is in `in_progress` (the turn of the running call)
+    are protected: the call in progress must come back whole.
+    """
+
+    native_name = "LangChain BaseMessage"
+
+    def __init__(self, in_progress: frozenset[int] = frozenset()) -> None:
+        self.in_progress = in_progress
+
+    def accepts(self, obj: object) -> bool:
+        """Whether `obj` is a `BaseMessage`."""
+        return isinstance(obj, BaseMessage)
+
+    def info(self, message: BaseMessage) -> MessageInfo:
+        """Classify one message by its LangChain type."""
+        own = (IN_PROGRESS,) if id(message) in self.in_progress else ()
+        if isinstance(message, SystemMessage):
+            return MessageInfo("system", protected=(SYSTEM, *own), is_text_only=_is_text(message))
+        if isinstance(message, HumanMessage):
+            return MessageInfo("user", protected=own, is_text_only=_is_text(message))
+        if isinstance(message, ToolMessage):
+            return MessageInfo("tool", answers=(message.tool_call_id,), protected=own)
+        if isinstance(message, AIMessage):
+            calls = [*message.tool_calls, *message.invalid_tool_calls]
+            blocks = message.content if isinstance(message.content, list) else []
+            signed = any(
+                isinstance(block, dict)
+                and (block.get("signature") or block.get("type") == "redacted_thinking")
+                for block in blocks
+            )
+            return MessageInfo(
+                "assistant",
+                opens=tuple(call["id"] for call in calls if call.get("id")),
+                protected=(*own, *((SIGNED_THINKING,) if signed else ())),
+                is_text_only=not calls and _is_text(message),
+            )
+        return MessageInfo("other", protected=own)
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Field equality of two messages of the same class."""
+        return type(a) is type(b) and bool(a == b)
+
+    def copy(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """Deep copies (LangChain messages are mutable)."""
+        return [message.model_copy(deep=True) for message in messages]
+
+    def estimate_tokens(self, messages: Sequence[BaseMessage]) -> int:
+        """`count_tokens_approximately` (rounded up per message, so additive)."""
+        return count_tokens_approximately(list(messages))
+
+
+CLASSIFIER = _LangChainClassifier()
+"""The classifier of LangChain messages (no call in progress)."""

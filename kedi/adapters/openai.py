@@ -1,0 +1,569 @@
+"""The `openai` adapter: any OpenAI-compatible chat-completions endpoint, over httpx.
+
+Lanes hold kedi's portable `Message`s; each model request turns them into
+wire messages (`POST {base_url}/chat/completions`, see `_openai_wire`).
+Configuration comes from the constructor, else the environment
+(`OPENAI_BASE_URL`, `OPENAI_API_KEY`); without a key no `Authorization` header
+is sent (local servers need none). The key goes only into that header: it is
+never logged and is masked in every error message (a server may echo it).
+
+Structured output (`structured_mode`):
+
+- `json_schema`: `response_format` json_schema, strict when the schema has a
+  strict form; the reply's content (the JSON text) is the final assistant message.
+- `tool`: a forced function tool (`final_result`, or `final_result_` if a tool
+  of the call has that name). Its call is closed with a tool result before
+  the turn commits, so the lane stays pair-valid.
+- `prompted`: the schema goes into the instructions; the JSON is taken from
+  the reply's text (a Markdown fence around it is accepted).
+- `auto` (the default): `json_schema` when the schema has a strict form, else
+  `tool`; a 400 that rejects `response_format` (or tools) moves the call, and
+  later calls to the same model, one step down that list.
+
+Every structured reply is validated against the call's `OutputSpec`; a reply
+that fails is sent back with the errors (a user message, or a failed result of
+the output tool) up to `output_retries` (default 2) times, then
+`OutputValidationError`. Tool calls run through `ToolSpec.handler`; a failure
+goes back to the model as a failed result. One call makes at most
+`request_limit` (default 10) model requests.
+
+Requests that fail with 408, 409, 429 or 5xx, time out or cannot connect are
+retried `max_retries` (default 3) times with exponential backoff and jitter,
+or after the wait `retry-after-ms` / `Retry-After` ask for (fractional seconds
+or an HTTP date, at most 60 s). Usage is the server's `usage` summed over the
+call's requests (the portable estimate for a request whose reply has none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import ssl
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any, ClassVar, Literal, get_args
+
+import anyio
+import httpx
+from pydantic import ValidationError
+
+from kedi.adapters._openai_wire import (
+    CallOptions,
+    assistant_message,
+    call_options,
+    count,
+    error_fields,
+    function_tool,
+    json_text,
+    provider_error,
+    reply_usage,
+    response_format,
+    retry_after,
+    seconds,
+    strict_schema,
+    wire_messages,
+)
+from kedi.adapters._portable import (
+    PortableTurn,
+    correction_text,
+    decode_outputs,
+    validation_problems,
+)
+from kedi.adapters._sse import StreamAccumulator, sse_payloads
+from kedi.adapters.base import (
+    COMMON_SETTINGS,
+    Adapter,
+    AdapterProfile,
+    CallRequest,
+    CallResult,
+    JSONDict,
+    OutputSpec,
+    Usage,
+)
+from kedi.errors import (
+    AdapterError,
+    CapabilityError,
+    HistoryProcessingValidationError,
+    KediConfigError,
+    OutputValidationError,
+    ProviderError,
+)
+from kedi.history import Message, ToolCall, join_instructions
+
+StructuredMode = Literal["auto", "json_schema", "tool", "prompted"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT = 600.0
+"""Seconds for each network operation (connect, each read, write), as in the openai SDK."""
+DEFAULT_MAX_RETRIES = 3
+MAX_RETRY_AFTER = 60.0
+"""The longest wait a `Retry-After` header can impose, in seconds."""
+INITIAL_BACKOFF = 0.5
+MAX_BACKOFF = 8.0
+OUTPUT_TOOL = "final_result"
+FINAL_RESULT = "Final result processed."
+"""The tool result that closes an accepted output-tool call."""
+
+_PROMPTED = (
+    "Always respond with a JSON object that's compatible with this schema:\n\n{schema}\n\n"
+    "Don't include any text or Markdown fencing before or after."
+)
+# What a 400 mentions when a server rejects a structured-output mode (auto steps down).
+_REJECTS = {"json_schema": ("response_format", "json_schema"), "tool": ("tool",)}
+_NEXT_MODE: dict[str, StructuredMode] = {"json_schema": "tool", "tool": "prompted"}
+
+
+class OpenAIAdapter(Adapter):
+    """Any OpenAI-compatible chat-completions endpoint (see the module docstring)."""
+
+    shortname: ClassVar[str] = "openai"
+    profile: ClassVar[AdapterProfile] = AdapterProfile(
+        structured_output=True,
+        tools=True,
+        streaming=True,
+        history=True,
+        settings=COMMON_SETTINGS
+        | {"output_retries", "request_limit", "max_retries", "effort", "reasoning_effort"},
+    )
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        structured_mode: StructuredMode = "auto",
+        stream: bool = False,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT,
+        history_processor: Any = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not model:
+            raise KediConfigError(
+                "the openai adapter needs a model: pass --model, use `> model:`, "
+                "or OpenAIAdapter(model=...)"
+            )
+        if structured_mode not in get_args(StructuredMode):
+            modes = ", ".join(get_args(StructuredMode))
+            raise KediConfigError(
+                f"unknown structured_mode {structured_mode!r}; use one of {modes}"
+            )
+        self.model_name = model
+        self.base_url = _base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.structured_mode: StructuredMode = structured_mode
+        self.stream = stream
+        self.max_retries = count("max_retries", max_retries, 0)
+        self.timeout = seconds("timeout", timeout)
+        self.history_processor = history_processor
+        self._transport = transport
+        # Auto mode's structured mode per model, once a server rejected a better one.
+        self._auto_modes: dict[str, StructuredMode] = {}
+
+    def __repr__(self) -> str:
+        return f"OpenAIAdapter(model={self.model_name!r}, base_url={self.base_url!r})"
+
+    async def request(self, request: CallRequest) -> CallResult:
+        """Run one call: its tool loop, structured-output retries and request retries."""
+        self.check(request)
+        options = call_options(request.settings, timeout=self.timeout, max_retries=self.max_retries)
+        call = _Call(request, options, self._plan(request))
+        async with self._client(options.timeout) as client:
+            while True:
+                reply = await self._complete(client, call)
+                value = await call.handle(reply)
+                if value is not _CONTINUE:
+                    return call.result(value)
+
+    async def process_history(self, messages: list[Message], request: CallRequest) -> list[Message]:
+        """The history-processing hook, awaited before every model request.
+
+        Receives the portable messages about to be sent (the instructions
+        first, then the history, then this call's turn so far) and returns the
+        messages to send; this call's turn must come back unchanged at the end.
+        A changed list replaces the history for the rest of the call and becomes
+        the result's `rewritten_history`. Processors are not applied yet, so
+        configuring one fails before any I/O.
+        """
+        if request.history_processor is not None or self.history_processor is not None:
+            raise CapabilityError("history processors are not supported by the openai adapter yet")
+        return messages
+
+    # ------------------------------------------------------------------ structured output
+
+    def _plan(self, request: CallRequest) -> _Plan | None:
+        spec = request.output
+        if spec is None:
+            return None
+        strict = strict_schema(spec.json_schema)
+        mode = self.structured_mode
+        if mode == "auto":
+            default: StructuredMode = "json_schema" if strict is not None else "tool"
+            mode = self._auto_modes.get(self.model_name, default)
+        taken = {tool.name for tool in request.tools}
+        name = OUTPUT_TOOL
+        while name in taken:
+            name += "_"
+        return _Plan(spec, mode, self.structured_mode == "auto", name, strict)
+
+    def _step_down(self, call: _Call, error: ProviderError) -> bool:
+        """In auto mode, move to the next structured mode if `error` rejected this one."""
+        plan = call.plan
+        if plan is None or not plan.auto or plan.mode not in _NEXT_MODE:
+            return False
+        if type(error) is not ProviderError or error.status not in (400, 422):
+            return False
+        if not any(marker in error.message.lower() for marker in _REJECTS[plan.mode]):
+            return False
+        plan.mode = self._auto_modes[self.model_name] = _NEXT_MODE[plan.mode]
+        return True
+
+    # ------------------------------------------------------------------ one model request
+
+    async def _complete(self, client: httpx.AsyncClient, call: _Call) -> Message:
+        """Send the turn so far; add the model's reply to the turn and return it."""
+        turn = call.turn
+        while True:
+            if turn.usage.requests >= call.options.request_limit:
+                raise AdapterError(
+                    f"the call{_at(call.request)} reached its request_limit of "
+                    f"{call.options.request_limit} model requests; raise the request_limit "
+                    "setting if its tool loop needs more",
+                    partial=turn.partial("loop"),
+                )
+            call.set_instructions()
+            messages = turn.messages
+            sent = await self.process_history(messages, call.request)
+            if sent != messages:
+                _adopt(turn, sent)
+                call.rewrites += 1
+            try:
+                reply = await self._send(client, self._body(call), call.options)
+            except ProviderError as error:
+                if self._step_down(call, error):
+                    continue
+                error.partial = turn.partial("model")
+                raise
+            message = assistant_message(turn, reply.message)
+            before = turn.usage
+            turn.respond(message)  # reports the exchange
+            if reply.usage is not None:
+                # The server's count replaces the estimate `respond` made.
+                turn.usage = before + replace(reply.usage, requests=1)
+            return message
+
+    def _body(self, call: _Call) -> JSONDict:
+        request, options, plan = call.request, call.options, call.plan
+        body: JSONDict = {"model": self.model_name, "messages": wire_messages(call.turn.messages)}
+        tools = [
+            function_tool(tool.name, tool.description, tool.parameters) for tool in request.tools
+        ]
+        choice = options.tool_choice
+        if plan is not None and plan.mode == "tool":
+            description = f"Give the final {plan.spec.name} answer."
+            tools.append(function_tool(plan.tool_name, description, *plan.schema()))
+            # With other tools the model may use them first, then must end with the output tool.
+            forced = {"type": "function", "function": {"name": plan.tool_name}}
+            choice = "required" if request.tools else forced
+        if tools:
+            body["tools"] = tools
+            if choice is not None:
+                body["tool_choice"] = choice
+            if options.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = options.parallel_tool_calls
+        if plan is not None and plan.mode == "json_schema":
+            body["response_format"] = response_format(plan.spec.name, *plan.schema())
+        body.update(options.params)
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(options.extra_body)
+        return body
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _client(self, timeout: float) -> httpx.AsyncClient:
+        # One client per call: a client's pooled connections belong to one event loop.
+        if self._transport is not None:
+            return httpx.AsyncClient(transport=_Borrowed(self._transport), timeout=timeout)
+        return httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
+
+    async def _send(
+        self, client: httpx.AsyncClient, body: JSONDict, options: CallOptions
+    ) -> _Reply:
+        """POST one request, retrying transient failures; raise a mapped `ProviderError`."""
+        headers = httpx.Headers(options.headers)
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(client, body, headers, options.timeout)
+            except _Retry as retry:
+                if attempt >= options.max_retries:
+                    raise retry.error from None
+                await anyio.sleep(_backoff(attempt, retry.after))
+                attempt += 1
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, body: JSONDict, headers: httpx.Headers, timeout: float
+    ) -> _Reply:
+        url = f"{self.base_url}/chat/completions"
+        # `from None` everywhere: an httpx error's request holds the Authorization header.
+        try:
+            if self.stream:
+                async with client.stream("POST", url, json=body, headers=headers) as response:
+                    if response.is_error:
+                        await response.aread()
+                        raise self._http_error(response)
+                    return await self._read_stream(response)
+            response = await client.post(url, json=body, headers=headers)
+            if response.is_error:
+                raise self._http_error(response)
+            return self._read_completion(response)
+        except httpx.TimeoutException:
+            message = f"the request to {url} timed out after {timeout:g} s"
+            raise _Retry(ProviderError(message, retryable=True)) from None
+        except httpx.TransportError as error:
+            message = f"cannot reach {url}: {self._scrub(str(error) or type(error).__name__)}"
+            raise _Retry(ProviderError(message, retryable=True)) from None
+
+    def _http_error(self, response: httpx.Response) -> Exception:
+        """The mapped error of an error reply, wrapped in `_Retry` when it may be retried."""
+        try:
+            code, detail = error_fields(response.json())
+        except ValueError:
+            code, detail = "", response.text.strip()[:500] or response.reason_phrase
+        where = f"{self.base_url} (model {self.model_name!r})"
+        error = provider_error(response.status_code, code, self._scrub(detail), where)
+        return _Retry(error, retry_after(response.headers)) if error.retryable else error
+
+    def _read_completion(self, response: httpx.Response) -> _Reply:
+        try:
+            data = response.json()
+            message = data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise self._malformed("a chat completion") from None
+        return _Reply(message, reply_usage(data.get("usage")))
+
+    async def _read_stream(self, response: httpx.Response) -> _Reply:
+        stream = StreamAccumulator()
+        # `aclosing`: leaving early (an error event) must close the generator here, not at GC.
+        async with aclosing(sse_payloads(response.aiter_lines())) as payloads:
+            async for payload in payloads:
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise self._malformed("a stream chunk") from None
+                if not isinstance(chunk, dict):
+                    raise self._malformed("a stream chunk")
+                if chunk.get("error"):
+                    detail = self._scrub(error_fields(chunk)[1])
+                    raise ProviderError(f"{self.base_url} failed during the stream: {detail}")
+                stream.feed(chunk)
+        return _Reply(stream.message(), reply_usage(stream.usage))
+
+    def _malformed(self, what: str) -> ProviderError:
+        return ProviderError(
+            f"{self.base_url} sent a reply that is not {what} in the OpenAI format"
+        )
+
+    def _scrub(self, text: str) -> str:
+        """`text` with the API key masked (servers may echo it back)."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+# --------------------------------------------------------------------------- one call
+
+
+_CONTINUE = object()
+"""`_Call.handle` result: the call needs another model request."""
+
+
+@dataclass
+class _Plan:
+    """How a structured call asks for its output; `mode` may step down in auto mode."""
+
+    spec: OutputSpec
+    mode: StructuredMode
+    auto: bool
+    tool_name: str
+    strict: JSONDict | None
+    """The strict form of the output schema, if it has one."""
+
+    def schema(self) -> tuple[JSONDict, bool]:
+        """The schema to send and whether it is strict."""
+        if self.strict is not None:
+            return self.strict, True
+        return self.spec.json_schema, False
+
+
+class _Call:
+    """One call in progress: its turn, options, output plan and retry budget."""
+
+    def __init__(self, request: CallRequest, options: CallOptions, plan: _Plan | None) -> None:
+        self.request = request
+        self.options = options
+        self.plan = plan
+        self.turn = PortableTurn.start(request)
+        self.retries = options.output_retries
+        self.rewrites = 0
+        """How many times the history hook changed the history."""
+
+    def result(self, value: Any) -> CallResult:
+        """The successful call, with the processed history if the hook changed it."""
+        result = self.turn.result(value)
+        if not self.rewrites:
+            return result
+        history = tuple(message for message in self.turn.prefix if message.role != "system")
+        return replace(result, rewritten_history=history, rewrites=self.rewrites)
+
+    def set_instructions(self) -> None:
+        """Make the system message match the mode: prompted mode adds the schema."""
+        text = self.request.instructions
+        if self.plan is not None and self.plan.mode == "prompted":
+            schema = json.dumps(self.plan.spec.json_schema, ensure_ascii=False)
+            text = join_instructions(text, _PROMPTED.format(schema=schema))
+        prefix = self.turn.prefix
+        history = prefix[1:] if prefix and prefix[0].role == "system" else prefix
+        system = [Message(role="system", content=text)] if text else []
+        self.turn.prefix = [*system, *history]
+
+    async def handle(self, reply: Message) -> Any:
+        """Act on one model reply: the call's value, or `_CONTINUE` after tools or a correction."""
+        plan = self.plan
+        if plan is not None and plan.mode == "tool":
+            return await self._handle_output_tool(reply, plan)
+        if reply.tool_calls:
+            await self.turn.run_tools(reply.tool_calls)
+            return _CONTINUE
+        if plan is None:
+            return reply.content
+        text = json_text(reply.content) if plan.mode == "prompted" else reply.content
+        try:
+            return decode_outputs(plan.spec, text)
+        except ValidationError as error:
+            self._correct(validation_problems(error), plan)
+        return _CONTINUE
+
+    async def _handle_output_tool(self, reply: Message, plan: _Plan) -> Any:
+        outputs = [call for call in reply.tool_calls if call.name == plan.tool_name]
+        others = [call for call in reply.tool_calls if call.name != plan.tool_name]
+        if others:
+            await self.turn.run_tools(others)
+        if not outputs:
+            if not others:
+                self._correct([f"no call to the {plan.tool_name} tool; answer by calling it"], plan)
+            return _CONTINUE
+        try:
+            value = decode_outputs(plan.spec, outputs[0].args or "{}")
+        except ValidationError as error:
+            problems = validation_problems(error)
+            # Close every output call with the errors, so the retry stays pair-valid.
+            self._close(outputs, correction_text(problems, plan.spec), failed=True)
+            self._spend_retry(problems)
+            return _CONTINUE
+        self._close(outputs, FINAL_RESULT, failed=False)
+        return value
+
+    def _close(self, calls: list[ToolCall], content: str, *, failed: bool) -> None:
+        for call in calls:
+            self.turn.add(
+                self.turn.stamp(
+                    role="tool",
+                    content=content,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    failed=failed,
+                )
+            )
+
+    def _correct(self, problems: list[str], plan: _Plan) -> None:
+        """Send `problems` back to the model in a user message, spending one retry."""
+        self._spend_retry(problems)
+        self.turn.add(self.turn.stamp(role="user", content=correction_text(problems, plan.spec)))
+
+    def _spend_retry(self, problems: list[str]) -> None:
+        """Spend one output retry on `problems`, or raise when none is left."""
+        if self.retries == 0:
+            attempts = self.options.output_retries + 1
+            raise OutputValidationError(
+                f"the reply to the call{_at(self.request)} did not validate after "
+                f"{attempts} attempt{'s' if attempts > 1 else ''}: {'; '.join(problems)}",
+                partial=self.turn.partial("decode"),
+            )
+        self.retries -= 1
+
+
+def _adopt(turn: PortableTurn, sent: list[Message]) -> None:
+    """Make a processed message list the turn's prefix; the turn itself must be unchanged."""
+    size = len(turn.added)
+    if list(sent[-size:]) != turn.added:
+        raise HistoryProcessingValidationError(
+            "a history processor must return the messages of the call in progress unchanged at the end"
+        )
+    turn.prefix = list(sent[:-size])
+
+
+# --------------------------------------------------------------------------- HTTP helpers
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    message: Any
+    """The reply's assistant `message` object (not yet checked)."""
+    usage: Usage | None
+
+
+class _Retry(Exception):
+    """A failed attempt that may be retried: the error to raise if not, and the server's wait."""
+
+    def __init__(self, error: ProviderError, after: float | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.after = after
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds to wait before retry number `attempt + 1`."""
+    if retry_after is not None:
+        return min(retry_after, MAX_RETRY_AFTER)
+    # Jitter spreads out clients that failed together.
+    delay: float = min(INITIAL_BACKOFF * 2**attempt, MAX_BACKOFF)
+    return delay * (1 - 0.25 * random.random())
+
+
+class _Borrowed(httpx.AsyncBaseTransport):
+    """A caller's transport, lent to a per-call client that must not close it."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self._transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    # Building a context loads the CA bundle (~0.1 s); every client shares this one.
+    return httpx.create_ssl_context()
+
+
+def _base_url(url: str) -> str:
+    try:
+        parsed: httpx.URL | None = httpx.URL(url)
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise KediConfigError(f"invalid OpenAI base URL {url!r}; expected http(s)://host/path")
+    return url.rstrip("/")
+
+
+def _at(request: CallRequest) -> str:
+    return f" at {request.origin}" if request.origin else ""

@@ -1,0 +1,820 @@
+"""The Pydantic AI adapter: native `ModelMessage` lanes over any Pydantic AI model.
+
+`PydanticAdapter(model)` takes a model name that Pydantic AI resolves
+(`"openai:gpt-4o-mini"`) or any Pydantic AI `Model` instance (`FunctionModel`,
+`TestModel`, `OpenAIChatModel(...)`). Each call is one `agent.run(...)`:
+
+- **Agents**: one `Agent` per tool contract (names, descriptions, argument
+  schemas), cached on the adapter. Everything else is given per run:
+  `instructions=` (never `system_prompt=`, which Pydantic AI would store in the
+  history), the output type, model settings, retries and usage limits. Tool
+  handlers travel as the run's `deps`, so one cached agent serves every call.
+- **Lanes**: `CallResult.new_messages` is `result.new_messages()`, with the
+  per-request `instructions` field of each `ModelRequest` cleared so that
+  instructions are never stored. Messages are stamped with kedi's run and
+  conversation ids. System prompt parts found in supplied history are dropped
+  from requests. `dump_messages` / `load_messages` use `ModelMessagesTypeAdapter`.
+- **Structured output**: the call's own pydantic model (`request.output.model`),
+  never `StructuredDict` (which does not validate). `output_mode="auto"` picks
+  `native` where the model profile has `supports_json_schema_output` (the lane
+  then holds no tool traffic), else `tool` where it supports tools, else
+  `prompted`. The value is the dict of captures, validated again with
+  `request.output`.
+- **Settings**: the common settings Pydantic AI knows go to `ModelSettings`
+  unless the model class lists them in `unsupported_settings`; `stop` becomes
+  `stop_sequences`; `effort` becomes the unified `thinking` setting (`max` sent
+  as `xhigh`) only where the profile has `supports_thinking` and no explicit
+  `thinking` setting is given; `output_retries` / `tool_retries` become the
+  run's retry budgets and `request_limit` its `UsageLimits`. Other keys are
+  dropped.
+- **History processors** (Part B): run by kedi on the lane snapshot plus the
+  new prompt before `agent.run`, and through a `ProcessHistory` capability
+  before each later model request of the run (tool-loop follow-ups, retries).
+- **Transcripts**: each model request is reported to `request.on_exchange` as
+  portable JSON (one-way, for display), instructions first.
+
+Pydantic AI runs only on asyncio (not on anyio's trio backend); kedi's own
+entry points always use asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import to_json
+
+from kedi.adapters._openai_wire import count, provider_error
+from kedi.adapters._portable import tool_result_text
+from kedi.adapters.base import (
+    Adapter,
+    AdapterProfile,
+    CallRequest,
+    CallResult,
+    Exchange,
+    JSONDict,
+    OutputSpec,
+    ToolHandler,
+    ToolSpec,
+    Usage,
+)
+from kedi.errors import (
+    AdapterError,
+    AuthenticationError,
+    CapabilityError,
+    ContextLengthError,
+    ExtraNotInstalledError,
+    HistoryError,
+    KediConfigError,
+    KediUsageError,
+    ModelNotFoundError,
+    OutputValidationError,
+    ProviderError,
+    RateLimitError,
+)
+from kedi.history import PartialResult, resolve_conversation_id, resolve_run_id
+from kedi.history.grouping import CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history.partial import PartialStage
+from kedi.history.processors import (
+    ProcessorChain,
+    ProcessorOutcome,
+    check_not_reentrant,
+    reject_process_history,
+    run_history_processor,
+)
+
+try:
+    from pydantic_ai import Agent, RunContext, Tool, ToolFailed, capture_run_messages
+    from pydantic_ai import exceptions as pai
+    from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
+    from pydantic_ai.messages import (
+        BaseToolReturnPart,
+        CompactionPart,
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        RetryFeedbackPart,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models import Model, ModelRequestContext, infer_model
+    from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
+    from pydantic_ai.settings import ModelSettings
+    from pydantic_ai.usage import UsageLimits
+except ImportError as error:  # pragma: no cover - exercised by a test that hides pydantic_ai
+    raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
+
+__all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
+
+OutputMode = Literal["auto", "tool", "native", "prompted"]
+
+_MODEL_SETTINGS = frozenset(
+    {
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "timeout",
+        "parallel_tool_calls",
+        "tool_choice",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "stop_sequences",
+        "extra_headers",
+        "thinking",
+        "service_tier",
+        "extra_body",
+    }
+)
+"""Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
+_KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
+"""Settings kedi maps itself (see the module docs)."""
+_EFFORTS = {"max": "xhigh"}
+IN_PROGRESS = "call-in-progress"
+"""Protection reason of the messages the running call has added so far."""
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+class PydanticAdapter(Adapter):
+    """Runs kedi calls through a Pydantic AI `Agent` (asyncio only)."""
+
+    shortname: ClassVar[str] = "pydantic"
+    profile: ClassVar[AdapterProfile] = AdapterProfile(
+        structured_output=True,
+        tools=True,
+        streaming=False,
+        history=True,
+        offline=False,
+        message_format="pydantic-ai",
+        settings=_MODEL_SETTINGS | _KEDI_SETTINGS,
+    )
+
+    def __init__(
+        self,
+        model: str | Model | None = None,
+        *,
+        history_processor: Callable[..., Any] | None = None,
+        output_mode: OutputMode = "auto",
+        capabilities: Sequence[AbstractCapability[Any]] = (),
+    ) -> None:
+        """Resolve the model and check the options; raises `KediConfigError` on a bad one."""
+        if output_mode not in get_args(OutputMode):
+            raise KediConfigError(
+                f"unknown output_mode {output_mode!r}; expected one of {', '.join(get_args(OutputMode))}"
+            )
+        self.history_processor = history_processor
+        self.capabilities = tuple(capabilities)
+        if history_processor is not None:
+            reject_process_history(self.capabilities)
+        self._model = _resolve_model(model)
+        self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
+        self.output_mode = (
+            _output_mode(self._model, output_mode) if self._model is not None else output_mode
+        )
+        self._agents: dict[
+            tuple[tuple[str, str, str], ...], Agent[Mapping[str, ToolHandler], Any]
+        ] = {}
+
+    def __repr__(self) -> str:
+        """`PydanticAdapter('<model>', output_mode='<mode>')`."""
+        return f"PydanticAdapter({self.model_name!r}, output_mode={self.output_mode!r})"
+
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports, one row per capability-matrix line."""
+        return {
+            "structured output": "tool, native, prompted (auto: native where the model profile allows)",
+            "tools": "yes (Tool.from_schema; failures go back to the model)",
+            "streaming": "no",
+            "history": "yes: Pydantic AI ModelMessage lanes, history processors before every request",
+            "message format": cls.profile.message_format,
+            "settings": ", ".join(sorted(cls.profile.settings)),
+        }
+
+    def check(self, request: CallRequest) -> None:
+        """Raise before any I/O if the request cannot be served."""
+        super().check(request)
+        if self._model is None:
+            raise KediConfigError(
+                "the pydantic adapter has no model; name one (`> model: openai:gpt-4o-mini`) "
+                "or pass a Pydantic AI Model to PydanticAdapter(...)"
+            )
+        if request.tools and not self._model.profile.get("supports_tools", True):
+            raise CapabilityError(
+                f"model {self.model_name!r} does not support tools (its Pydantic AI profile)"
+            )
+        if request.history_processor is not None:
+            reject_process_history(self.capabilities)
+
+    async def request(self, request: CallRequest) -> CallResult:
+        """Run one call as one `agent.run(...)`."""
+        check_not_reentrant(self)
+        _require_asyncio()
+        self.check(request)
+        assert self._model is not None  # checked above
+        options = _run_options(request.settings, self._model)
+        call = _Call(self, request, _processor(self.history_processor, request.history_processor))
+        history = await call.first_history()
+        output_type: Any = (
+            str if request.output is None else _output_type(request.output, self.output_mode)
+        )
+        with capture_run_messages() as captured, _mapped_errors(call, captured):
+            result = await self._agent(request.tools).run(
+                request.prompt,
+                message_history=history,
+                instructions=request.instructions or None,
+                output_type=output_type,
+                model_settings=options.model_settings,
+                usage_limits=options.usage_limits,
+                retries=options.retries,
+                deps={tool.name: tool.handler for tool in request.tools},
+                run_id=call.run_id,
+                conversation_id=call.conversation_id,
+                capabilities=call.capabilities(),
+            )
+        usage = result.usage
+        return CallResult(
+            value=_value(request, result.output),
+            new_messages=tuple(_without_instructions(result.new_messages())),
+            usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
+            rewritten_history=tuple(call.history) if call.rewrites else None,
+            rewrites=call.rewrites,
+        )
+
+    def _agent(self, tools: Sequence[ToolSpec]) -> Agent[Mapping[str, ToolHandler], Any]:
+        """The agent of a tool contract, built once."""
+        contract = tuple(
+            (t.name, t.description, json.dumps(t.parameters, sort_keys=True)) for t in tools
+        )
+        agent = self._agents.get(contract)
+        if agent is None:
+            agent = self._agents[contract] = Agent(
+                self._model,
+                deps_type=Mapping[str, ToolHandler],
+                tools=[_tool(spec) for spec in tools],
+                capabilities=list(self.capabilities) or None,
+            )
+        return agent
+
+    def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
+        """Serialize `ModelMessage`s with `ModelMessagesTypeAdapter` (JSON-compatible data)."""
+        return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+
+    def load_messages(self, data: Sequence[Any]) -> list[Any]:
+        """Inverse of `dump_messages`; raises `HistoryError` naming the problem."""
+        try:
+            return list(ModelMessagesTypeAdapter.validate_python(list(data)))
+        except ValidationError as error:
+            raise HistoryError(f"not a list of Pydantic AI messages: {error}") from None
+
+
+def _require_asyncio() -> None:
+    # Pydantic AI needs an asyncio event loop; under trio it fails deep inside
+    # with "no running event loop", so say what is wrong up front.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise KediUsageError(
+            "the pydantic adapter runs only on asyncio (Pydantic AI does not support trio); "
+            'use anyio.run(..., backend="asyncio")'
+        ) from None
+
+
+def _resolve_model(model: str | Model | None) -> Model | None:
+    if model is None or isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        raise KediConfigError(
+            f"PydanticAdapter takes a model name or a Pydantic AI Model, not {type(model).__name__}"
+        )
+    try:
+        return infer_model(model)
+    except (pai.UserError, ImportError, ValueError) as error:
+        raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
+
+
+def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
+    """The structured-output mode for `model` (see the module docs for `auto`)."""
+    profile = model.profile
+    supported = {
+        "native": bool(profile.get("supports_json_schema_output")),
+        "tool": bool(profile.get("supports_tools", True)),
+        "prompted": True,
+    }
+    if mode == "auto":
+        return next(name for name in ("native", "tool", "prompted") if supported[name])  # type: ignore[return-value]
+    if not supported[mode]:
+        raise CapabilityError(
+            f"model {model.model_name!r} does not support {mode} structured output (its Pydantic AI profile)"
+        )
+    return mode
+
+
+def _processor(
+    own: Callable[..., Any] | None, given: Callable[..., Any] | None
+) -> Callable[..., Any] | None:
+    """The adapter's processor, then the run's (`> history:` bounds, embedder default)."""
+    if own is None or given is None:
+        return own or given
+    return ProcessorChain((own, given))
+
+
+def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:
+    # The call's model is strict, and strict *Python* validation rejects the
+    # JSON spellings of dates, UUIDs and the like that arrive as dict arguments
+    # (FunctionModel, TestModel). Validating dicts through JSON keeps the JSON
+    # rules whatever form the arguments take; the JSON Schema is unchanged.
+    def as_json(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, dict):
+            return spec.model.model_validate_json(to_json(value))
+        return handler(value)
+
+    validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[valid-type]
+    if mode == "native":
+        return NativeOutput(validated, name=spec.name)
+    if mode == "prompted":
+        return PromptedOutput(validated, name=spec.name)
+    return ToolOutput(validated)
+
+
+def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
+    """A Pydantic AI tool that runs the current run's handler for `spec.name`."""
+    name = spec.name
+
+    async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
+        try:
+            result = await ctx.deps[name](arguments)
+        except Exception as error:  # reported to the model as a failed result, as on every adapter
+            raise ToolFailed(str(error) or type(error).__name__) from error
+        return tool_result_text(result)
+
+    return Tool.from_schema(
+        run, name=name, description=spec.description, json_schema=spec.parameters, takes_ctx=True
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _RunOptions:
+    model_settings: ModelSettings | None
+    retries: dict[str, int] | None
+    usage_limits: UsageLimits | None
+
+
+def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
+    """Map kedi settings to a run's options (see the module docs); unknown keys are dropped."""
+    unsupported = model.unsupported_settings
+    chosen: dict[str, Any] = {
+        key: value
+        for key, value in settings.items()
+        if key in _MODEL_SETTINGS and key not in unsupported
+    }
+    stop = settings.get("stop")
+    if (
+        stop is not None
+        and "stop_sequences" not in settings
+        and "stop_sequences" not in unsupported
+    ):
+        chosen["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    effort = settings.get("effort")
+    if effort is not None and "thinking" not in chosen and model.profile.get("supports_thinking"):
+        chosen["thinking"] = _EFFORTS.get(effort, effort)
+    retries = {
+        budget: count(name, settings[name], 0)
+        for name, budget in (("output_retries", "output"), ("tool_retries", "tools"))
+        if name in settings
+    }
+    limit = settings.get("request_limit")
+    return _RunOptions(
+        model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]
+        retries=retries or None,
+        usage_limits=None
+        if limit is None
+        else UsageLimits(request_limit=count("request_limit", limit, 1)),
+    )
+
+
+def _value(request: CallRequest, output: Any) -> Any:
+    """The call's value: the reply text, or the captures validated again by kedi."""
+    if request.output is None:
+        return output
+    try:
+        return request.output.validate_python(output.model_dump(mode="json", by_alias=True))
+    except ValidationError as error:
+        raise OutputValidationError(
+            f"the structured output of the call{_at(request)} did not validate: {error}"
+        ) from error
+
+
+def _at(request: CallRequest) -> str:
+    return f" at {request.origin}" if request.origin else ""
+
+
+def _without_instructions(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """Clear the `instructions` Pydantic AI records on each request: instructions are never stored."""
+    return [
+        replace(message, instructions=None)
+        if isinstance(message, ModelRequest) and message.instructions is not None
+        else message
+        for message in messages
+    ]
+
+
+def _without_system_parts(history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """Drop system prompt parts from supplied history (the call's instructions replace them)."""
+    kept: list[ModelMessage] = []
+    for message in history:
+        if isinstance(message, ModelRequest) and any(
+            isinstance(p, SystemPromptPart) for p in message.parts
+        ):
+            parts = [part for part in message.parts if not isinstance(part, SystemPromptPart)]
+            if not parts:
+                continue
+            message = replace(message, parts=parts)
+        kept.append(message)
+    return kept
+
+
+# --------------------------------------------------------------------------- one call
+
+
+@dataclass
+class _Call:
+    """The state of one call: identity, the history in force, processor bookkeeping."""
+
+    adapter: PydanticAdapter
+    request: CallRequest
+    processor: Callable[..., Any] | None
+    run_id: str = ""
+    conversation_id: str = ""
+    history: list[ModelMessage] = field(default_factory=list)
+    """The prior history the run is working from (after any accepted processor edit)."""
+    requests: int = 0
+    """Model requests started so far (the processor's `request_index`)."""
+    rewrites: int = 0
+
+    def __post_init__(self) -> None:
+        self.run_id = resolve_run_id(self.request.run_id)
+        self.conversation_id = resolve_conversation_id(
+            self.request.conversation_id, self.request.history
+        )
+        self.history = list(self.request.history)
+
+    async def first_history(self) -> list[ModelMessage]:
+        """The run's `message_history`: the lane snapshot, processed for request 1 (C2).
+
+        The processor sees the history as stored; system parts are dropped
+        from what is sent afterwards.
+        """
+        if self.processor is not None:
+            current = ModelRequest(parts=[UserPromptPart(self.request.prompt)])
+            outcome = await self._process([*self.history, current], request_index=1)
+            if outcome.rewritten:
+                self.history = list(outcome.messages[:-1])
+        return _without_system_parts(self.history)
+
+    async def follow_up(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        """`ProcessHistory` hook: process the history before each request after the first."""
+        self.requests += 1
+        if self.requests == 1:  # kedi processed the first request before the run started
+            return messages
+        outcome = await self._process(messages, request_index=self.requests)
+        if not outcome.rewritten:
+            return messages
+        own = sum(1 for message in messages if message.run_id == self.run_id)
+        # The call's own messages are protected, so they come back whole and last.
+        self.history = list(outcome.messages[: len(outcome.messages) - own])
+        return list(outcome.messages)
+
+    async def _process(
+        self, messages: list[ModelMessage], *, request_index: int
+    ) -> ProcessorOutcome:
+        outcome = await run_history_processor(
+            self.processor,
+            messages,
+            _PydanticClassifier(self.run_id),
+            adapter_shortname=self.adapter.shortname,
+            model_id=self.adapter.model_name,
+            request_index=request_index,
+            cache_epoch=self.request.cache_epoch,
+            metadata=[{"run_id": m.run_id, "conversation_id": m.conversation_id} for m in messages],
+            owner=self.adapter,
+        )
+        self.rewrites += outcome.rewritten
+        return outcome
+
+    def capabilities(self) -> list[AbstractCapability[Any]] | None:
+        """The per-run capabilities: the processor hook and the transcript, when wanted."""
+        extra: list[AbstractCapability[Any]] = []
+        if self.processor is not None:
+            extra.append(ProcessHistory(self.follow_up))
+        if self.request.on_exchange is not None:
+            extra.append(_Transcript(self))
+        return extra or None
+
+    def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
+        """Report one model request to the transcript sink."""
+        sink = self.request.on_exchange
+        assert sink is not None  # only installed with a sink
+        parts = context.model_request_parameters.instruction_parts or []
+        instructions = "\n\n".join(part.content for part in parts if part.content)
+        sent = [{"role": "system", "content": instructions}] if instructions else []
+        for message in context.messages:
+            sent.extend(portable_json(message))
+        output = self.request.output
+        sink(
+            Exchange(
+                messages=tuple(sent),
+                response=portable_json(response)[0],
+                output_schema=None if output is None else output.json_schema,
+                tools=tuple(tool.name for tool in self.request.tools),
+            )
+        )
+
+    def partial(
+        self, stage: PartialStage, captured: Sequence[ModelMessage]
+    ) -> PartialResult | None:
+        """Evidence of a failed run: history through its last completed model turn."""
+        own = [message for message in captured if message.run_id == self.run_id]
+        ends = [
+            i
+            for i, message in enumerate(own)
+            if isinstance(message, ModelResponse) or _tool_returns(message)
+        ]
+        if not ends:
+            return None
+        done = own[: ends[-1] + 1]
+        responses = [message for message in done if isinstance(message, ModelResponse)]
+        tools = {tool.name for tool in self.request.tools}
+        succeeded = sum(
+            1
+            for message in done
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+            and part.outcome == "success"
+            and part.tool_name in tools
+        )
+        usage = Usage(
+            input_tokens=sum(r.usage.input_tokens for r in responses),
+            output_tokens=sum(r.usage.output_tokens for r in responses),
+            requests=len(responses),
+            tool_calls=succeeded,
+        )
+        return PartialResult(
+            stage=stage,
+            messages=[*self.history, *_without_instructions(done)],  # type: ignore[list-item]
+            usage=usage,
+            requests=usage.requests,
+            tool_calls=usage.tool_calls,
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+        )
+
+
+def _tool_returns(message: ModelMessage) -> bool:
+    return isinstance(message, ModelRequest) and any(
+        isinstance(p, BaseToolReturnPart) for p in message.parts
+    )
+
+
+@dataclass
+class _Transcript(AbstractCapability[Any]):
+    """Reports every model request of a run to the call's transcript sink."""
+
+    call: _Call
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        self.call.record(request_context, response)
+        return response
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@contextmanager
+def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[None]:
+    """Map Pydantic AI's errors to kedi's, with the partial evidence of the run.
+
+    Cancellation is not an error here: it propagates untouched and the call
+    commits nothing.
+    """
+    request = call.request
+    where = f"model {call.adapter.model_name!r}{_at(request)}"
+    try:
+        yield
+    except pai.UnexpectedModelBehavior as error:
+        raise OutputValidationError(
+            f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
+        ) from error
+    except pai.UsageLimitExceeded as error:
+        raise AdapterError(
+            f"{where} hit a usage limit: {error}; raise the request_limit setting if the call needs more requests",
+            partial=call.partial("usage", captured),
+        ) from error
+    except pai.ModelAPIError as error:
+        raise _provider_error(error, where, call.partial("model", captured)) from error
+    except pai.UserError as error:
+        raise AdapterError(f"Pydantic AI rejected the call{_at(request)}: {error}") from error
+    except pai.AgentRunError as error:
+        raise AdapterError(
+            f"{where} failed: {error}", partial=call.partial("model", captured)
+        ) from error
+
+
+def _provider_error(
+    error: pai.ModelAPIError, where: str, partial: PartialResult | None
+) -> ProviderError:
+    """The kedi error of a provider failure: by Pydantic AI's category, else by HTTP status."""
+    detail = str(getattr(error, "body", None) or error.message)
+    status = error.status_code if isinstance(error, pai.ModelHTTPError) else None
+    # Pydantic AI's models raise categorized errors; a bare `ModelHTTPError`
+    # (a custom model, a test) is mapped by its status the same way.
+    categories: tuple[
+        tuple[type[pai.ModelAPIError], frozenset[int], type[ProviderError], bool], ...
+    ] = (
+        (pai.ModelAuthenticationError, frozenset({401, 403}), AuthenticationError, False),
+        (pai.ModelNotFoundError, frozenset({404}), ModelNotFoundError, False),
+        (pai.ModelContextWindowExceededError, frozenset(), ContextLengthError, False),
+        (pai.ModelRateLimitError, frozenset({429}), RateLimitError, True),
+    )
+    for category, statuses, kedi_error, retryable in categories:
+        if isinstance(error, category) or status in statuses:
+            return kedi_error(
+                f"{where} failed: {detail}", status=status, retryable=retryable, partial=partial
+            )
+    if status is not None:
+        mapped = provider_error(status, error.provider_error_code or "", detail, where)
+        mapped.partial = partial
+        return mapped
+    retryable = isinstance(
+        error, pai.ModelServerError | pai.ModelUnavailableError | pai.ModelConnectionError
+    )
+    return ProviderError(f"{where} failed: {error.message}", retryable=retryable, partial=partial)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def portable_json(message: ModelMessage) -> list[JSONDict]:
+    """A `ModelMessage` as portable C1 message dicts (one-way, for transcripts).
+
+    A request becomes one message per part (system, user, tool); a response
+    becomes one assistant message. Parts with no portable form are left out.
+    """
+    if isinstance(message, ModelResponse):
+        text = "".join(part.content for part in message.parts if isinstance(part, TextPart))
+        out: JSONDict = {"role": "assistant"}
+        if text:
+            out["content"] = text
+        calls = [
+            {"id": part.tool_call_id, "name": part.tool_name, "args": part.args_as_json_str()}
+            for part in message.parts
+            if isinstance(part, ToolCallPart)
+        ]
+        if calls:
+            out["toolCalls"] = calls
+        thinking = [
+            {
+                key: value
+                for key, value in (("text", part.content), ("signature", part.signature))
+                if value
+            }
+            for part in message.parts
+            if isinstance(part, ThinkingPart)
+        ]
+        if thinking:
+            out["thinking"] = thinking
+        return [out]
+    messages: list[JSONDict] = []
+    for part in message.parts:
+        if isinstance(part, SystemPromptPart):
+            messages.append({"role": "system", "content": part.content})
+        elif isinstance(part, UserPromptPart):
+            messages.append({"role": "user", "content": _user_text(part)})
+        elif isinstance(part, BaseToolReturnPart):
+            result: JSONDict = {
+                "role": "tool",
+                "content": part.model_response_str(),
+                "toolCallId": part.tool_call_id,
+            }
+            if part.tool_name:
+                result["toolName"] = part.tool_name
+            if part.outcome != "success":
+                result["failed"] = True
+            messages.append(result)
+        elif isinstance(part, RetryFeedbackPart):
+            messages.append({"role": "user", "content": part.model_response()})
+    return messages
+
+
+def _user_text(part: UserPromptPart) -> str:
+    if isinstance(part.content, str):
+        return part.content
+    return "".join(
+        item if isinstance(item, str) else f"[{getattr(item, 'kind', 'media')}]"
+        for item in part.content
+    )
+
+
+def _message_text(message: ModelMessage) -> str:
+    """The text a message carries, for token estimates."""
+    pieces: list[str] = []
+    for part in message.parts:
+        if isinstance(part, ToolCallPart):
+            pieces += [part.tool_name, part.args_as_json_str()]
+        elif isinstance(part, BaseToolReturnPart):
+            pieces.append(part.model_response_str())
+        elif isinstance(part, UserPromptPart):
+            pieces.append(_user_text(part))
+        elif isinstance(getattr(part, "content", None), str):
+            pieces.append(part.content)  # type: ignore[union-attr]
+    return "".join(pieces)
+
+
+class _PydanticClassifier:
+    """The history-processor `Classifier` of Pydantic AI's `ModelMessage`.
+
+    A request with a user prompt is a `user` message (also `SYSTEM`-protected
+    if it holds system parts), one with only tool returns a `tool` message, one
+    with only system parts a `system` message; a request holding only retry
+    feedback is `other`, so a turn and its validation retries stay one group.
+    With a `run_id`, the messages that run added are protected: the call in
+    progress must come back whole.
+    """
+
+    native_name = "Pydantic AI ModelMessage"
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id
+
+    def accepts(self, obj: object) -> bool:
+        """Whether `obj` is a `ModelRequest` or `ModelResponse`."""
+        return isinstance(obj, ModelRequest | ModelResponse)
+
+    def info(self, message: ModelMessage) -> MessageInfo:
+        """Classify one message (see the class docs)."""
+        own = (IN_PROGRESS,) if self.run_id and message.run_id == self.run_id else ()
+        if isinstance(message, ModelResponse):
+            reasons = [*own]
+            if any(isinstance(part, ThinkingPart) and part.signature for part in message.parts):
+                reasons.append(SIGNED_THINKING)
+            if any(isinstance(part, CompactionPart) for part in message.parts):
+                reasons.append(CHECKPOINT)
+            return MessageInfo(
+                "assistant",
+                opens=tuple(
+                    p.tool_call_id
+                    for p in message.parts
+                    if isinstance(p, ToolCallPart) and p.tool_call_id
+                ),
+                protected=tuple(reasons),
+                is_text_only=all(isinstance(part, TextPart) for part in message.parts),
+            )
+        system = any(isinstance(part, SystemPromptPart) for part in message.parts)
+        prompts = [part for part in message.parts if isinstance(part, UserPromptPart)]
+        answers = tuple(
+            part.tool_call_id for part in message.parts if isinstance(part, ToolReturnPart)
+        )
+        role: Literal["user", "tool", "system", "other"] = (
+            "user" if prompts else "tool" if answers else "system" if system else "other"
+        )
+        return MessageInfo(
+            role,
+            answers=answers,
+            protected=((SYSTEM,) if system else ()) + own,
+            is_text_only=bool(prompts)
+            and len(prompts) == len(message.parts)
+            and all(isinstance(part.content, str) for part in prompts),
+        )
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Dataclass equality of two messages of the same kind."""
+        return type(a) is type(b) and bool(a == b)
+
+    def copy(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """Deep copies (messages and parts are mutable dataclasses)."""
+        return copy.deepcopy(list(messages))
+
+    def estimate_tokens(self, messages: Sequence[ModelMessage]) -> int:
+        """`len(text) // 4 + 3` per message, as `kedi.history.estimate_tokens` counts."""
+        return sum(len(_message_text(message)) // 4 + 3 for message in messages)
+
+
+CLASSIFIER = _PydanticClassifier()
+"""The classifier of Pydantic AI messages (no call in progress)."""

@@ -1,0 +1,362 @@
+"""Every public kedi exception.
+
+The branches separate who has to act::
+
+    KediError
+    ├── KediUsageError                 the embedding Python code misused kedi's API
+    ├── KediConfigError                a bad setting (environment variable, CLI option)
+    ├── KediDiagnosticError            the .kedi source is wrong; carries Diagnostics
+    │   ├── KediSyntaxError            parse errors (alias: KediParseError)
+    │   └── KediCheckError             static check errors (names, directives, profiles)
+    ├── KediExecutionError             the program failed while running; carries trace frames
+    │   ├── KediTypeExecutionError     (also a TypeError)
+    │   ├── KediValueExecutionError    (also a ValueError)
+    │   ├── KediKeyExecutionError      (also a KeyError)
+    │   └── KediNameError              (also a NameError)
+    ├── KediPromiseLeak                an unresolved parallel result was used concretely
+    ├── AdapterError                   a model call failed; may carry `partial`
+    │   ├── CapabilityError            the adapter cannot represent the request
+    │   ├── OutputValidationError      the model's structured output never validated
+    │   ├── ScriptExhaustedError       a `script:` model ran out of replies
+    │   ├── TurnAbandoned              not sent: an earlier call on its lane failed
+    │   └── ProviderError              a representable request failed operationally
+    │       ├── AuthenticationError
+    │       ├── ModelNotFoundError
+    │       ├── ContextLengthError
+    │       ├── HistoryShapeError      the provider rejected the message sequence
+    │       └── RateLimitError
+    ├── ExtraNotInstalledError         an optional framework is missing (also ImportError)
+    └── HistoryError                   invalid history input (also a ValueError)
+        ├── HistoryProcessingError     a history processor failed
+        └── HistoryProcessingValidationError   a processor returned an invalid edit
+
+Every exception here pickles (see `__reduce__`), so errors cross process and
+thread boundaries intact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kedi.source import Span
+
+
+class KediError(Exception):
+    """Base class of every kedi exception."""
+
+    def render(self, use_color: bool = False) -> str:
+        """Return the text shown to a user (the CLI prints this to stderr)."""
+        return f"Kedi error: {type(self).__name__}\n  {self}"
+
+
+class KediUsageError(KediError):
+    """The embedding Python code called kedi's API incorrectly."""
+
+
+class KediConfigError(KediError):
+    """A configuration value (environment variable, option) is invalid."""
+
+
+class ExtraNotInstalledError(KediError, ImportError):
+    """An optional framework needed by an adapter is not installed."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"the {package!r} package is not installed; install it with: "
+            f'pip install "kedi[{extra}]"'
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.package, self.extra))
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem in the source: where it is and what to do about it."""
+
+    span: Span
+    message: str
+    hint: str | None = None
+    source_line: str = ""
+    """The text of the first line of `span` (filled in by whoever has the source)."""
+
+    @property
+    def path(self) -> str:
+        return self.span.path
+
+    @property
+    def line(self) -> int:
+        return self.span.line
+
+    @property
+    def column(self) -> int:
+        return self.span.column
+
+    def render(self, title: str, kind: str) -> str:
+        """Render in the documented layout (file, line, column, caret, message)."""
+        span = self.span
+        width = 1
+        if span.end_line == span.line and span.end_column > span.column:
+            width = span.end_column - span.column
+        elif self.source_line:
+            width = max(1, len(self.source_line) - span.column + 1)
+        lines = [
+            f"{title}:",
+            "",
+            f'  File "{span.path}", line {span.line}, column {span.column}',
+        ]
+        if self.source_line:
+            lines.append(f"  {self.source_line}")
+            lines.append("  " + " " * (span.column - 1) + "^" * width)
+        lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class KediDiagnosticError(KediError):
+    """Base of errors that point at places in the source."""
+
+    title = "Kedi error"
+    kind = "Error"
+
+    def __init__(self, diagnostics: list[Diagnostic] | tuple[Diagnostic, ...]) -> None:
+        self.diagnostics = tuple(diagnostics)
+        if not self.diagnostics:
+            raise ValueError("a diagnostic error needs at least one diagnostic")
+        first = self.diagnostics[0]
+        super().__init__(f"{first.span}: {first.message}")
+
+    def render(self, use_color: bool = False) -> str:
+        return "\n\n".join(d.render(self.title, self.kind) for d in self.diagnostics)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.diagnostics,))
+
+
+class KediSyntaxError(KediDiagnosticError):
+    """The source does not parse."""
+
+    title = "Kedi parse error"
+    kind = "ParseError"
+
+
+KediParseError = KediSyntaxError
+"""The name the Kedi documentation uses for `KediSyntaxError`."""
+
+
+class KediCheckError(KediDiagnosticError):
+    """The source parses but fails a static check (names, directives, profiles)."""
+
+    title = "Kedi check error"
+    kind = "CheckError"
+
+
+# --------------------------------------------------------------------------- execution
+
+
+@dataclass(frozen=True, slots=True)
+class KediTraceFrame:
+    """One step of a Kedi stack trace, pointing at a `.kedi` line."""
+
+    kind: str
+    """What ran there: "procedure", "template", "inline python", "return block", ..."""
+    label: str
+    span: Span | None
+    procedure_name: str | None = None
+    source_snippet: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KediPythonTrace:
+    """A line of embedded Python that raised, mapped back to its `.kedi` line."""
+
+    code: str
+    filename: str
+    python_line: int
+    kedi_line: int
+    path: str
+    snippet: str
+    procedure: str | None = None
+
+
+class KediExecutionError(KediError):
+    """The program failed while running.
+
+    `frames` is the Kedi stack (outermost first), `original` the exception that
+    caused it, `python_traces` the embedded Python lines involved.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        frames: tuple[KediTraceFrame, ...] = (),
+        original: BaseException | None = None,
+        python_traces: tuple[KediPythonTrace, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.frames = tuple(frames)
+        self.original = original
+        self.python_traces = tuple(python_traces)
+
+    @property
+    def partial(self) -> Any:
+        """Partial evidence of a failed model call (see `kedi.history.PartialResult`)."""
+        return getattr(self.original, "partial", None)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def render(self, use_color: bool = False) -> str:
+        out = ["Kedi stack trace:"]
+        for frame in self.frames:
+            if frame.span is None:
+                out.append(f"  in {frame.label}")
+                continue
+            where = f"in {frame.label}"
+            out += ["", f'  File "{frame.span.path}", line {frame.span.line}, {where}']
+            if frame.source_snippet:
+                out.append(f"  \u2771 {frame.span.line} {frame.source_snippet}")
+        for trace in self.python_traces:
+            out.append(f"    embedded Python line {trace.python_line}")
+            if trace.snippet:
+                out.append(f"    \u2771 {trace.python_line} {trace.snippet}")
+        kind = type(self.original).__name__ if self.original is not None else type(self).__name__
+        heading = "Inline Python error" if self.python_traces else "Kedi error"
+        out += ["", f"{heading}: {kind}", f"  {self.message}"]
+        return "\n".join(out)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_execution_error, (type(self), self.message, self.frames, self.python_traces))
+
+
+def _rebuild_execution_error(
+    cls: type[KediExecutionError],
+    message: str,
+    frames: tuple[KediTraceFrame, ...],
+    python_traces: tuple[KediPythonTrace, ...],
+) -> KediExecutionError:
+    return cls(message, frames=frames, python_traces=python_traces)
+
+
+class KediTypeExecutionError(KediExecutionError, TypeError):
+    """A value had the wrong type at a checked boundary."""
+
+
+class KediValueExecutionError(KediExecutionError, ValueError):
+    """A value was invalid at a checked boundary."""
+
+
+class KediKeyExecutionError(KediExecutionError, KeyError):
+    """A key lookup failed while running the program."""
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class KediNameError(KediExecutionError, NameError):
+    """A name could not be resolved."""
+
+
+class KediPromiseLeak(KediError):
+    """An unresolved parallel result was used as a concrete value."""
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+class AdapterError(KediError):
+    """A model call failed. `partial` holds what completed before the failure."""
+
+    def __init__(self, message: str, *, partial: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.partial = partial
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_adapter_error, (type(self), self.message, self.__dict__.copy()))
+
+
+def _rebuild_adapter_error(cls: type[AdapterError], message: str, state: dict[str, Any]) -> AdapterError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+class CapabilityError(AdapterError):
+    """The adapter cannot represent the request (checked before any I/O)."""
+
+
+class OutputValidationError(AdapterError):
+    """The model's structured output did not validate, even after retries."""
+
+
+class ScriptExhaustedError(AdapterError):
+    """A `script:` model has no reply left for a call."""
+
+
+class TurnAbandoned(AdapterError):
+    """A scheduled call was not sent because an earlier call on its lane failed."""
+
+
+class ProviderError(AdapterError):
+    """A request the adapter can represent failed operationally."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        partial: Any = None,
+    ) -> None:
+        super().__init__(message, partial=partial)
+        self.status = status
+        self.retryable = retryable
+
+
+class AuthenticationError(ProviderError):
+    """The provider rejected the credentials (401/403)."""
+
+
+class ModelNotFoundError(ProviderError):
+    """The provider does not know the model (404)."""
+
+
+class ContextLengthError(ProviderError):
+    """The request exceeded the model's context window."""
+
+
+class HistoryShapeError(ProviderError):
+    """The provider rejected the message sequence (tool calls and results unpaired)."""
+
+
+class RateLimitError(ProviderError):
+    """The provider throttled the request (429) and retries ran out."""
+
+
+# --------------------------------------------------------------------------- history
+
+
+class HistoryError(KediError, ValueError):
+    """Invalid history input (trim/budget bounds, malformed messages)."""
+
+
+class HistoryProcessingError(HistoryError):
+    """A history processor raised, or its input could not be copied."""
+
+
+class HistoryProcessingValidationError(HistoryError):
+    """A history processor returned an edit that breaks the history's invariants."""

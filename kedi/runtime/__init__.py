@@ -1,0 +1,1 @@
+"""Kedi runtime: interpreter, scopes, values, types, Python bridge, scheduler."""

@@ -1,0 +1,311 @@
+"""The model boundary: turn one `>>` / `<<` statement into an adapter request.
+
+For each call: pick the adapter from the agent state in force, render the
+instructions, run the `user_prompt_submit` hooks, and — when history is on —
+run the read/call/commit transaction on the call's lane in source order.
+Transcript lines are written per model request as the adapter reports them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from kedi.adapters import create_adapter
+from kedi.adapters.base import Adapter, CallRequest, CallResult, Exchange, OutputSpec, ToolSpec
+from kedi.errors import CapabilityError, KediUsageError
+from kedi.history.identity import new_id
+from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
+from kedi.runtime.tools import ToolBuilder
+from kedi.runtime.types import output_spec
+from kedi.source import Span
+
+if TYPE_CHECKING:
+    from kedi.runtime.interpreter import Interpreter
+    from kedi.runtime.scopes import AgentState
+
+OFFLINE_NOTICE = "kedi: no model configured; using the offline model (deterministic replies). Set --model or KEDI_MODEL for a real one."
+_SECRET_KEY = re.compile(r"(^|_)(key|token|secret|password|authorization|credentials?)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A call fixed at its place in the source: adapter, schema, tools, lane ticket."""
+
+    adapter: Adapter
+    output: OutputSpec | None
+    settings: Mapping[str, Any]
+    tools: tuple[ToolSpec, ...]
+    key: LaneKey
+    lane: Lane | None
+    ticket: int
+    origin: str
+    processor: Callable[..., Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptEvent:
+    """What a `user_prompt_submit` hook receives."""
+
+    prompt: str
+    origin: str
+    adapter: str
+    model: str
+    run_id: str
+    conversation_id: str
+    history: bool
+
+
+class Transcript:
+    """Writes one JSON line per model request (never secrets)."""
+
+    def __init__(self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None]) -> None:
+        self._file: IO[str] | None = None
+        self._sink: Callable[[dict[str, Any]], None] | None = None
+        if callable(target) and not hasattr(target, "write"):
+            self._sink = target
+        elif isinstance(target, (str, Path)):
+            self._file = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            self._owned = True
+        else:
+            self._file = target  # type: ignore[assignment]
+        self._owned = isinstance(target, (str, Path))
+        self.index = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {"index": self.index, **record}
+        self.index += 1
+        if self._sink is not None:
+            self._sink(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._owned and self._file is not None:
+            self._file.close()
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as a transcript may show them: secret-looking keys masked."""
+    return {key: ("***" if _SECRET_KEY.search(key) else value) for key, value in settings.items()}
+
+
+class CallLayer:
+    """Per-run model-call state: adapters, the conversation, hooks and transcript."""
+
+    def __init__(
+        self,
+        *,
+        adapter: Any = None,
+        model: str | None = None,
+        conversation: Conversation | None = None,
+        transcript: Transcript | None = None,
+        hooks: Sequence[Callable[..., Any]] = (),
+        history_processor: Callable[..., Any] | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.default_adapter = adapter
+        self.default_model = model
+        self.conversation = conversation or Conversation()
+        self.transcript = transcript
+        self.hooks = tuple(hooks)
+        self.history_processor = history_processor
+        self.quiet = quiet
+        self.limiter: Any = None
+        """Set by a parallel run: bounds model requests in flight."""
+        self._adapters: dict[tuple[Any, Any], Adapter] = {}
+        self._tool_builder: ToolBuilder | None = None
+        self._noticed = False
+
+    # ------------------------------------------------------------------ adapters
+
+    def adapter_for(self, adapter: Any, model: str | None) -> Adapter:
+        """The adapter instance for the agent state's (adapter, model), cached per run."""
+        adapter = adapter if adapter is not None else self.default_adapter
+        model = model if model is not None else self.default_model
+        if isinstance(adapter, Adapter):
+            return adapter
+        key = (adapter, model)
+        instance = self._adapters.get(key)
+        if instance is None:
+            if adapter is None and model is None and not self._noticed and not self.quiet:
+                print(OFFLINE_NOTICE, file=sys.stderr)
+                self._noticed = True
+            instance = self._adapters[key] = create_adapter(adapter, model)
+        return instance
+
+    # ------------------------------------------------------------------ calls
+
+    def prepare(
+        self,
+        interp: Interpreter,
+        agent: AgentState,
+        outputs: Sequence[tuple[str, Any]] | None,
+        span: Span,
+    ) -> PreparedCall:
+        """Everything about a call that is fixed where it stands in the source.
+
+        Takes the call's ticket on its lane, so calls sharing a lane run their
+        transactions in source order whatever order they are executed in.
+        """
+        adapter = self.adapter_for(agent.adapter, agent.model)
+        settings = dict(agent.settings)
+        if agent.effort is not None:
+            settings["effort"] = agent.effort
+        tools, tools_digest = self._tools(interp, agent.tools)
+        key = LaneKey(adapter.shortname, adapter.model_name, canonical_digest(settings), tools=tools_digest)
+        history = agent.history
+        if history.compaction_mode == "native":
+            raise CapabilityError(
+                f"`compaction_mode: native` is not available for adapter {adapter.shortname!r} "
+                f"model {adapter.model_name!r}; kedi never substitutes a summarizer"
+            )
+        lane = self.conversation.lane(key) if history.enabled else None
+        return PreparedCall(
+            adapter=adapter,
+            output=output_spec(outputs) if outputs else None,
+            settings=settings,
+            tools=tools,
+            key=key,
+            lane=lane,
+            ticket=lane.reserve() if lane is not None else -1,
+            origin=f"{span.path}:{span.line}",
+            processor=bounded_processor(self.history_processor, history.max_messages, history.max_tokens),
+        )
+
+    async def execute(self, call: PreparedCall, render: Callable[[], Awaitable[tuple[str, str]]]) -> Any:
+        """Run a prepared call; return the captures (dict) or the reply text.
+
+        With history on, the whole read/call/commit transaction runs in the
+        call's turn on its lane and commits only if the call succeeded.
+        """
+        if call.lane is None:
+            return (await self._send(call, render, ())).value
+        async with call.lane.transaction(call.ticket) as txn:
+            result = await self._send(call, render, txn.snapshot, call.lane.cache_key, call.lane.epoch)
+            txn.commit(result.new_messages, rewritten=result.rewritten_history, rewrites=result.rewrites)
+        return result.value
+
+    async def _send(
+        self,
+        call: PreparedCall,
+        render: Callable[[], Awaitable[tuple[str, str]]],
+        history: Sequence[Any],
+        cache_key: str | None = None,
+        epoch: int = 0,
+    ) -> CallResult:
+        prompt, instructions = await render()
+        adapter = call.adapter
+        run_id = new_id()
+        conversation_id = self.conversation.conversation_id
+        history_on = call.lane is not None
+        prompt = await self._run_hooks(
+            PromptEvent(prompt, call.origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
+        )
+        request = CallRequest(
+            prompt=prompt,
+            instructions=instructions,
+            history=history,  # type: ignore[arg-type]
+            output=call.output,
+            tools=call.tools,
+            settings=call.settings,
+            model=adapter.model_name,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            cache_key=cache_key,
+            cache_epoch=epoch,
+            history_processor=call.processor,
+            origin=call.origin,
+            on_exchange=self._exchange_sink(adapter, call.key, history_on, run_id, conversation_id, call.settings),
+        )
+        adapter.check(request)
+        if self.limiter is None:
+            return await adapter.request(request)
+        async with self.limiter:
+            return await adapter.request(request)
+
+    def _tools(self, interp: Interpreter, bound: Mapping[str, Any]) -> tuple[tuple[ToolSpec, ...], str]:
+        """Tool specs for the tools in scope, and the digest of that tool contract."""
+        if not bound:
+            return (), ""
+        if self._tool_builder is None:
+            self._tool_builder = ToolBuilder(lambda proc, expr: interp.resolve_type_in(expr, proc.scope))
+        specs, digests = [], []
+        for name, target in bound.items():
+            spec, digest = self._tool_builder.spec(name, target)
+            specs.append(spec)
+            digests.append(digest)
+        return tuple(specs), canonical_digest(sorted(digests))
+
+    async def _run_hooks(self, event: PromptEvent) -> str:
+        prompt = event.prompt
+        for hook in self.hooks:
+            edited = hook(PromptEvent(prompt, *_rest(event)))
+            if inspect.isawaitable(edited):
+                edited = await edited
+            if edited is not None:
+                if not isinstance(edited, str):
+                    raise KediUsageError(
+                        f"user_prompt_submit hook {getattr(hook, '__name__', hook)!r} returned "
+                        f"{type(edited).__name__}; return a str or None"
+                    )
+                prompt = edited
+        return prompt
+
+    def _exchange_sink(
+        self,
+        adapter: Adapter,
+        key: LaneKey,
+        history_on: bool,
+        run_id: str,
+        conversation_id: str,
+        settings: Mapping[str, Any],
+    ) -> Callable[[Exchange], None] | None:
+        transcript = self.transcript
+        if transcript is None:
+            return None
+        shown = redact(settings)
+
+        def record(exchange: Exchange) -> None:
+            transcript.write(
+                {
+                    "adapter": adapter.shortname,
+                    "model": adapter.model_name,
+                    "lane": key.label(),
+                    "history": history_on,
+                    "run_id": run_id,
+                    "conversation_id": conversation_id,
+                    "messages": list(exchange.messages),
+                    "output_schema": exchange.output_schema,
+                    "tools": list(exchange.tools),
+                    "settings": shown,
+                    "response": exchange.response,
+                }
+            )
+
+        return record
+
+
+def _rest(event: PromptEvent) -> tuple[Any, ...]:
+    return (event.origin, event.adapter, event.model, event.run_id, event.conversation_id, event.history)
+
+
+def bounded_processor(
+    processor: Callable[..., Any] | None, max_messages: int | None, max_tokens: int | None
+) -> Callable[..., Any] | None:
+    """The user's history processor composed with `> history:` bounds (None if neither)."""
+    if max_messages is None and max_tokens is None:
+        return processor
+    from kedi.history.processors import compose_bounds
+
+    return compose_bounds(processor, max_messages=max_messages, max_tokens=max_tokens)
+
+
+__all__ = ["CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "redact", "OFFLINE_NOTICE"]

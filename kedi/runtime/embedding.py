@@ -1,0 +1,160 @@
+"""Python decorators that turn Kedi source into Python functions.
+
+`@kedi.query` compiles a function's docstring (which must start with a
+standalone `kedi` line) as the *body* of a procedure whose parameters are the
+function's; `@kedi.bind(file=...)` runs a whole `.kedi` file with the call's
+arguments as globals. Sync functions get sync wrappers, `async def` functions
+async ones; the stub body never runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from kedi.errors import KediUsageError
+from kedi.history.lanes import Conversation
+from kedi.runtime.program import Program, compile_program
+from kedi.syntax import ast
+from kedi.syntax.docstrings import query_body_source
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _runner(func: Callable[..., Any], run: Callable[[Mapping[str, Any]], Any]) -> Callable[..., Any]:
+    """Wrap `func` so calling it binds its arguments and awaits `run(arguments)`."""
+    signature = inspect.signature(func)
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await run(bind(args, kwargs))
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        arguments = bind(args, kwargs)
+        return anyio.run(lambda: run(arguments), backend="asyncio")
+
+    return wrapper
+
+
+def query(
+    func: F | None = None,
+    *,
+    model: str | None = None,
+    adapter: Any = None,
+    system: str | None = None,
+    effort: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    conversation: Conversation | None = None,
+    transcript: Any = None,
+) -> Any:
+    """Decorate a function whose docstring holds a Kedi procedure body.
+
+    Usable bare (`@kedi.query`) or with options (`@kedi.query(model=...)`).
+    """
+
+    def decorate(function: F) -> F:
+        doc = function.__doc__
+        if doc is None:
+            raise KediUsageError(f"@kedi.query: {function.__qualname__} has no docstring")
+        body = query_body_source(doc)
+        path = f"<query {function.__qualname__}>"
+        program = compile_program(body, path=path, fragment=True)
+        names = tuple(inspect.signature(function).parameters)
+        _reject_tool_collisions(names, env)
+
+        async def run(arguments: Mapping[str, Any]) -> Any:
+            return await program.run(
+                body_arguments=arguments,
+                adapter=adapter,
+                model=model,
+                system=system,
+                effort=effort,
+                settings=settings,
+                env=env,
+                conversation=conversation,
+                transcript=transcript,
+            )
+
+        return _runner(function, run)  # type: ignore[return-value]
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def bind(
+    file: str | Path,
+    *,
+    reload: bool = False,
+    model: str | None = None,
+    adapter: Any = None,
+    system: str | None = None,
+    effort: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    conversation: Conversation | None = None,
+    transcript: Any = None,
+) -> Callable[[F], F]:
+    """Bind a function to a `.kedi` file; calling it runs the file with the arguments as globals.
+
+    A relative `file` resolves from the Python file that defines the function.
+    Without `reload` the file is read and checked at decoration time.
+    """
+
+    def decorate(function: F) -> F:
+        path = Path(file)
+        if not path.is_absolute():
+            defining = inspect.getsourcefile(function)
+            base = Path(defining).parent if defining else Path.cwd()
+            path = base / path
+        loaded = None if reload else _load(path)
+
+        async def run(arguments: Mapping[str, Any]) -> Any:
+            program = loaded or _load(path)
+            return await program.run(
+                adapter=adapter,
+                model=model,
+                env={**(env or {}), **arguments} if env is None else {**arguments, **env},
+                conversation=conversation,
+                transcript=transcript,
+                system=system,
+                effort=effort,
+                settings=settings,
+            )
+
+        return _runner(function, run)  # type: ignore[return-value]
+
+    return decorate
+
+
+def _load(path: Path) -> Program:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KediUsageError(f"@kedi.bind: cannot read {path}: {exc}") from None
+    return compile_program(source, path=str(path))
+
+
+def _reject_tool_collisions(names: tuple[str, ...], env: Mapping[str, Any] | None) -> None:
+    """An argument may not share a name with a runtime global such as `args`."""
+    if "args" in names:
+        raise KediUsageError("@kedi.query: a parameter may not be named `args` (reserved)")
+
+
+__all__ = ["bind", "query", "ast"]

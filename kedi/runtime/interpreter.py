@@ -1,0 +1,719 @@
+"""The async evaluator: one method per statement and segment kind.
+
+Statements run in source order. Values follow the lexical scope chain
+dynamically; agent state (adapter, model, system, settings, history) is an
+immutable snapshot replaced by directives and captured by procedures where
+they are defined. Only `>>` and `<<` cross the model boundary (see
+`kedi.runtime.calls`).
+"""
+
+from __future__ import annotations
+
+import ast as python_ast
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from kedi.errors import (
+    KediExecutionError,
+    KediNameError,
+    KediTypeExecutionError,
+    KediValueExecutionError,
+)
+from kedi.runtime import trace
+from kedi.runtime.procedures import KediProcedure, not_a_procedure
+from kedi.runtime.scheduler import KediPromise, ScheduledCall, Scheduler
+from kedi.runtime.python_bridge import PythonBridge, PythonFailure
+from kedi.runtime.scopes import AgentState, Args, HistoryPolicy, Profile, Scope, SystemText
+from kedi.runtime.types import (
+    TypeCheckError,
+    TypeResolutionError,
+    UnknownTypeError,
+    build_custom_type,
+    check_value,
+    resolve_type,
+    type_label,
+)
+from kedi.runtime.values import render
+from kedi.source import SourceFile, Span
+from kedi.syntax import ast
+from kedi.syntax.directives import NOT_YET_SUPPORTED
+
+EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
+RESERVED_ARGS = "args"
+
+# (returned?, value) of running a body
+Outcome = tuple[bool, Any]
+
+
+class Interpreter:
+    """Runs one program: holds the module scope, the Python bridge and the call layer."""
+
+    def __init__(
+        self,
+        module: ast.Module,
+        source: SourceFile,
+        *,
+        args: Mapping[str, Any] | None = None,
+        env: Mapping[str, Any] | None = None,
+        calls: Any = None,
+        parallel: int = 0,
+    ) -> None:
+        self.module = module
+        self.source = source
+        self.bridge = PythonBridge(source.path)
+        self.module_scope = Scope()
+        self.env: dict[str, Any] = dict(env or {})
+        self.env[RESERVED_ARGS] = Args(args)
+        self.calls = calls
+        """The model-call layer (`kedi.runtime.calls.CallLayer`)."""
+        self.limiter = anyio.CapacityLimiter(parallel) if parallel > 0 else None
+        """Bounds model calls in flight; None runs calls sequentially."""
+
+    # ================================================================== entry points
+
+    async def run_module(
+        self,
+        *,
+        agent: AgentState | None = None,
+        declarations_only: bool = False,
+        body_arguments: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run the prelude, then the top-level statements; return the program's result.
+
+        With `body_arguments` the statements run as the body of a procedure whose
+        parameters hold those values (the `@kedi.query` form).
+        """
+        body = self.module.body
+        if body and isinstance(body[0], ast.PythonBlock) and body[0].prelude:
+            self._run_prelude(body[0])
+            body = body[1:]
+        if declarations_only:
+            body = tuple(s for s in body if isinstance(s, _DECLARATIONS))
+        scope = self.module_scope
+        if body_arguments is not None:
+            scope = Scope(scope, params=frozenset(body_arguments))
+            scope.vars.update(body_arguments)
+        with trace.frame("top-level program", None):
+            returned, value = await self.run_body(body, scope, agent or AgentState(), None)
+        return value if returned else None
+
+    def _run_prelude(self, block: ast.PythonBlock) -> None:
+        with trace.frame("prelude", block.span, snippet=self.snippet(block.span)):
+            try:
+                self.bridge.run_prelude(block.code)
+            except PythonFailure as failure:
+                raise self._python_error(failure) from None
+
+    async def run_body(
+        self, body: Sequence[ast.Statement], scope: Scope, agent: AgentState, procedure: str | None
+    ) -> Outcome:
+        """Run statements in order until a return; return (returned, value).
+
+        In parallel mode the body owns a scheduler: its model calls run
+        concurrently and are all drained before the body returns or fails.
+        """
+        frame = Frame(scope, agent, procedure)
+        if self.limiter is None:
+            return await self._run_statements(body, frame)
+        async with Scheduler(self.limiter) as scheduler:
+            frame.scheduler = scheduler
+            return await self._run_statements(body, frame)
+
+    async def _run_statements(self, body: Sequence[ast.Statement], frame: Frame) -> Outcome:
+        for statement in body:
+            handler = self._handlers[type(statement)]
+            outcome = await handler(self, statement, frame)
+            if outcome is not None:
+                return outcome
+        return False, None
+
+    # ================================================================== statements
+
+    async def _template(self, node: ast.Template, frame: Frame) -> None:
+        with trace.frame("template", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            captures = [seg for row in node.rows for seg in row.segments if isinstance(seg, ast.Capture)]
+            outputs = [(c.name, self.resolve_type_in(c.type, frame.scope)) for c in captures]
+            result = await self._model_call(node.rows, outputs or None, frame, node.span)
+            if outputs:
+                call = result if isinstance(result, ScheduledCall) else None
+                for name, _ in outputs:
+                    value = KediPromise(call, name) if call is not None else result[name]
+                    self.bind(frame, name, value, node.span)
+
+    async def _raw_invoke(self, node: ast.RawInvoke, frame: Frame) -> None:
+        with trace.frame("template", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            self._check_assignable(node.target, frame)
+            result = await self._model_call(node.rows, None, frame, node.span)
+            if isinstance(result, ScheduledCall):
+                result = KediPromise(result, None)
+            self.bind(frame, node.target, result, node.span)
+
+    async def _model_call(
+        self, rows: Sequence[ast.Row], outputs: list[tuple[str, Any]] | None, frame: Frame, span: Span
+    ) -> Any:
+        """Render and send one call; in parallel mode schedule it and return its `ScheduledCall`.
+
+        A prompt that calls procedures (which may make model calls of their
+        own) is rendered here, in source order, before the call takes its
+        place in its lane; any other prompt renders inside the scheduled task
+        from a snapshot of the values visible now.
+        """
+        system = frame.agent.system.rows if frame.agent.system is not None else ()
+        scheduler = frame.scheduler
+        if scheduler is None or self._calls_procedures((*rows, *system), frame):
+            texts = (await self.render_rows(rows, frame), await self.render_rows(system, frame))
+
+            async def render() -> tuple[str, str]:
+                return texts
+        else:
+            snapshot = frame.snapshot()
+
+            async def render() -> tuple[str, str]:
+                return await self.render_rows(rows, snapshot), await self.render_rows(system, snapshot)
+
+        prepared = self.calls.prepare(self, frame.agent, outputs, span)
+        if scheduler is None:
+            return await self.calls.execute(prepared, render)
+        frame.sequence += 1
+        return scheduler.spawn(frame.sequence, prepared.origin, lambda: self.calls.execute(prepared, render))
+
+    def _calls_procedures(self, rows: Sequence[ast.Row], frame: Frame) -> bool:
+        for row in rows:
+            for segment in row.segments:
+                if isinstance(segment, ast.Call):
+                    return True
+                if isinstance(segment, (ast.InlinePython, ast.BareBacktick)):
+                    for name in self.bridge.references(segment.code):
+                        try:
+                            if isinstance(self.lookup(name, frame.scope), KediProcedure):
+                                return True
+                        except KeyError:
+                            pass
+        return False
+
+    async def _assign(self, node: ast.Assign, frame: Frame) -> None:
+        kind = "assignment block" if isinstance(node.value, ast.Fence) else "assignment"
+        with trace.frame(kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            self._check_assignable(node.target, frame)
+            value = await self.evaluate_value(node.value, frame, native_call=True)
+            annotation = self.resolve_type_in(node.type, frame.scope)
+            value = self.check(annotation, value, f"assignment to `{node.target}`")
+            self.bind(frame, node.target, value, node.span)
+
+    async def _return(self, node: ast.Return, frame: Frame) -> Outcome:
+        kind = "return block" if isinstance(node.value, ast.Fence) else "return"
+        with trace.frame(kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            return True, await self.evaluate_value(node.value, frame, native_call=False)
+
+    async def _python_statement(self, node: ast.PythonStatement, frame: Frame) -> None:
+        with trace.frame("python statement", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            await self.execute_python(node.code, frame)
+
+    async def _python_block(self, node: ast.PythonBlock, frame: Frame) -> None:
+        with trace.frame("fenced python", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            await self.execute_python(node.code, frame)
+
+    async def _procedure(self, node: ast.Procedure, frame: Frame) -> None:
+        self._check_assignable(node.name, frame)
+        defaults = {}
+        for param in node.params:
+            if param.default is not None:
+                defaults[param.name] = await self.evaluate_python(param.default, frame)
+        procedure = KediProcedure(node, self, frame.scope, frame.agent, defaults)
+        frame.scope.vars[node.name] = procedure
+
+    async def _custom_type(self, node: ast.CustomType, frame: Frame) -> None:
+        self._check_assignable(node.name, frame)
+        with trace.frame("type expression", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+            namespace = self.namespace(frame)
+            try:
+                model = build_custom_type(
+                    node,
+                    lambda name: self._lookup_type_name(name, frame.scope),
+                    lambda code: self.bridge.evaluate(code, namespace),
+                )
+            except TypeResolutionError as exc:
+                raise KediNameError(str(exc), frames=trace.current_frames(), original=exc) from None
+            except PythonFailure as failure:
+                raise self._python_error(failure) from None
+        frame.scope.vars[node.name] = model
+
+    async def _directive(self, node: ast.Directive, frame: Frame) -> None:
+        with trace.frame("directive", node.span, label=f"directive {node.name}", snippet=self.snippet(node.span)):
+            frame.agent = await self.apply_directive(node, frame.agent, frame)
+
+    async def _system(self, node: ast.SystemDirective, frame: Frame) -> None:
+        frame.agent = replace(frame.agent, system=SystemText(node.rows))
+
+    async def _use(self, node: ast.Use, frame: Frame) -> None:
+        with trace.frame("directive", node.span, label="directive use", snippet=self.snippet(node.span)):
+            frame.agent = self.apply_use(node, frame.agent, frame)
+
+    async def _profile(self, node: ast.ProfileDef, frame: Frame) -> None:
+        state = AgentState()
+        members: set[str] = set()
+        member_frame = Frame(frame.scope, state, frame.procedure)
+        for member in node.members:
+            if isinstance(member, ast.Use):
+                member_frame.agent = self.apply_use(member, member_frame.agent, member_frame)
+                for use in member.names:
+                    value = self.lookup(use.name, frame.scope)
+                    members.update(value.members if isinstance(value, Profile) else ("tools",))
+            elif isinstance(member, ast.SystemDirective):
+                member_frame.agent = replace(member_frame.agent, system=SystemText(member.rows))
+                members.add("system")
+            else:
+                member_frame.agent = await self.apply_directive(member, member_frame.agent, member_frame)
+                members.add(member.name)
+        doc = node.docstring.text if node.docstring else None
+        frame.scope.vars[node.name] = Profile(node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc)
+
+    async def _unsupported(self, node: Any, frame: Frame) -> None:
+        name = type(node).__name__.lower()
+        raise KediExecutionError(
+            f"`> {name}:` is not supported yet", frames=trace.current_frames()
+        )
+
+    async def _suite(self, node: Any, frame: Frame) -> None:
+        """Test and eval suites never run during normal execution."""
+
+    _handlers: dict[type, Callable[..., Any]] = {}
+
+    # ================================================================== directives
+
+    async def apply_directive(self, node: ast.Directive, agent: AgentState, frame: Frame) -> AgentState:
+        """Return the agent state after `node` (a one-line or configuration directive)."""
+        name = node.name
+        if name in NOT_YET_SUPPORTED:
+            raise KediExecutionError(f"`> {name}:` is not supported yet", frames=trace.current_frames())
+        if name == "settings":
+            settings = {}
+            for entry in node.config:
+                settings[entry.key] = await self.config_value(entry.value, frame)
+            return agent.with_settings(settings)
+        if name == "history":
+            return replace(agent, history=await self._history_policy(node, frame))
+        text = await self.directive_value(node, frame)
+        if name == "adapter":
+            return replace(agent, adapter=text)
+        if name == "model":
+            if not isinstance(text, str):
+                raise TypeError(f"`> model:` must be a string, got {type(text).__name__}")
+            return replace(agent, model=text)
+        if name == "effort":
+            if text not in EFFORTS:
+                raise ValueError(f"invalid effort {text!r}; use one of {', '.join(sorted(EFFORTS))}")
+            return replace(agent, effort=text)
+        raise KediExecutionError(f"`> {name}:` is not supported here", frames=trace.current_frames())
+
+    async def directive_value(self, node: ast.Directive, frame: Frame) -> Any:
+        """The value of a one-line directive: native for a sole backtick, else text."""
+        if node.value is None:
+            raise ValueError(f"`> {node.name}:` needs a value")
+        return await self.evaluate_segments(node.value, frame)
+
+    async def config_value(self, segments: Sequence[ast.Segment], frame: Frame) -> Any:
+        """A configuration value: backtick → Python; plain text → bool/null/number/literal/str."""
+        value = await self.evaluate_segments(segments, frame)
+        if len(segments) == 1 and isinstance(segments[0], ast.BareBacktick):
+            return value
+        return parse_plain_value(value)
+
+    async def evaluate_segments(self, segments: Sequence[ast.Segment], frame: Frame) -> Any:
+        if len(segments) == 1 and isinstance(segments[0], ast.BareBacktick):
+            return await self.evaluate_python(segments[0].code, frame)
+        return await self.render_segments(segments, frame)
+
+    async def _history_policy(self, node: ast.Directive, frame: Frame) -> HistoryPolicy:
+        if node.value is not None:
+            text = await self.directive_value(node, frame)
+            if text not in ("enabled", "disabled"):
+                raise ValueError(f"`> history:` must be `enabled` or `disabled`, got {text!r}")
+            return HistoryPolicy(enabled=text == "enabled")
+        values = {e.key: await self.config_value(e.value, frame) for e in node.config}
+        return history_policy_from(values)
+
+    def apply_use(self, node: ast.Use, agent: AgentState, frame: Frame) -> AgentState:
+        """Apply `> use:` names: a procedure or callable becomes a tool, a profile is applied.
+
+        The indented list form only ever names tools.
+        """
+        for use in node.names:
+            try:
+                value = self.lookup(use.name, frame.scope)
+            except KeyError:
+                raise KediNameError(f"unknown name `{use.name}` in `> use:`", frames=trace.current_frames()) from None
+            if callable(value) and not isinstance(value, (type, Profile)):
+                agent = agent.with_tools({use.name: value})
+            elif isinstance(value, Profile) and not node.block:
+                agent = agent.apply_profile(value.state, value.members)
+            else:
+                raise KediTypeExecutionError(
+                    f"`> use: {use.name}` names a {type(value).__name__}, not a profile or tool",
+                    frames=trace.current_frames(),
+                )
+        return agent
+
+    # ================================================================== values
+
+    async def evaluate_value(self, value: ast.Value, frame: Frame, *, native_call: bool) -> Any:
+        """Evaluate an assignment / return right-hand side.
+
+        A sole backtick expression keeps its native value; a sole procedure call
+        keeps it on assignments (`native_call`); anything else renders to `str`.
+        """
+        if isinstance(value, ast.Fence):
+            result = await self.execute_python(value.code, frame, must_return=True)
+            return result
+        segments = value.segments
+        if len(segments) == 1:
+            only = segments[0]
+            if isinstance(only, ast.BareBacktick):
+                return await self.evaluate_python(only.code, frame)
+            if native_call and isinstance(only, ast.Call):
+                return await self.call(only, frame)
+        return await self.render_segments(segments, frame)
+
+    async def render_rows(self, rows: Sequence[ast.Row], frame: Frame) -> str:
+        """Render template rows joined with newlines (captures show as `[name]`)."""
+        return "\n".join([await self.render_segments(row.segments, frame) for row in rows])
+
+    async def render_segments(self, segments: Sequence[ast.Segment], frame: Frame) -> str:
+        """Render segments left to right (nested calls first)."""
+        parts: list[str] = []
+        for segment in segments:
+            if isinstance(segment, ast.Text):
+                parts.append(segment.value)
+            elif isinstance(segment, ast.Subst):
+                parts.append(render(await self.read(segment.name, frame)))
+            elif isinstance(segment, ast.Call):
+                parts.append(render(await self.call(segment, frame)))
+            elif isinstance(segment, ast.Capture):
+                parts.append(f"[{segment.name}]")
+            else:
+                parts.append(render(await self.evaluate_python(segment.code, frame)))
+        return "".join(parts)
+
+    async def argument(self, argument: ast.Argument, frame: Frame) -> Any:
+        """One call argument: native when a sole substitution/call/Python, else text."""
+        segments = argument.segments
+        if len(segments) == 1:
+            only = segments[0]
+            if isinstance(only, ast.Subst):
+                return await self.read(only.name, frame)
+            if isinstance(only, ast.Call):
+                return await self.call(only, frame)
+            if isinstance(only, (ast.InlinePython, ast.BareBacktick)):
+                return await self.evaluate_python(only.code, frame)
+        return await self.render_segments(segments, frame)
+
+    async def call(self, node: ast.Call, frame: Frame) -> Any:
+        """`<proc(args)>`: evaluate arguments left to right, then call."""
+        callee = await self.read(node.name, frame)
+        args = [await self.argument(a, frame) for a in node.args]
+        if isinstance(callee, KediProcedure):
+            return await callee.invoke(tuple(args), {})
+        if callable(callee) and not isinstance(callee, type):
+            return await self._call_python(callee, args)
+        raise not_a_procedure(node.name, callee)
+
+    async def _call_python(self, function: Callable[..., Any], args: Sequence[Any]) -> Any:
+        return await anyio.to_thread.run_sync(lambda: function(*args))
+
+    # ================================================================== names
+
+    async def read(self, name: str, frame: Frame) -> Any:
+        """Look a name up for `<name>` (forcing a pending result); unknown names are errors."""
+        try:
+            value = self.lookup(name, frame.scope)
+        except KeyError:
+            raise KediNameError(f"unknown name `{name}`", frames=trace.current_frames()) from None
+        if isinstance(value, KediPromise):
+            value = await self.force(name, value, frame.scope)
+        return value
+
+    async def force(self, name: str, promise: KediPromise, scope: Scope) -> Any:
+        """Wait for a pending result; the binding then holds the plain value."""
+        value = await promise.force()
+        owner = scope.find(name)
+        if owner is not None and owner.vars.get(name) is promise:
+            owner.vars[name] = value
+        return value
+
+    async def _force_references(self, code: ast.PythonCode, frame: Frame) -> None:
+        """Python reads of pending results wait for them before the code runs."""
+        for name in self.bridge.references(code):
+            scope = frame.scope.find(name)
+            if scope is not None:
+                value = scope.vars[name]
+                if isinstance(value, KediPromise):
+                    await self.force(name, value, frame.scope)
+
+    def lookup(self, name: str, scope: Scope) -> Any:
+        """Kedi bindings, then prelude names, then runtime globals (args, env), then builtins."""
+        try:
+            return scope.lookup(name)
+        except KeyError:
+            pass
+        prelude = self.bridge.prelude
+        if name in prelude:
+            return prelude[name]
+        if name in self.env:
+            return self.env[name]
+        try:
+            return getattr(builtins, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def bind(self, frame: Frame, name: str, value: Any, span: Span | None) -> None:
+        """A Kedi assignment (or published output) to `name`."""
+        frame.scope.assignment_target(name).vars[name] = value
+
+    def _check_assignable(self, name: str, frame: Frame) -> None:
+        if name == RESERVED_ARGS:
+            raise KediValueExecutionError(
+                "`args` is reserved for program arguments and cannot be assigned",
+                frames=trace.current_frames(),
+            )
+        if name in frame.scope.params:
+            raise KediValueExecutionError(
+                f"cannot assign to parameter `{name}`; derive a new local name instead",
+                frames=trace.current_frames(),
+            )
+
+    # ================================================================== types
+
+    def resolve_type_in(self, expr: ast.TypeExpr | None, scope: Scope) -> Any:
+        """Resolve a Kedi type expression in `scope` (None means `str`)."""
+        if expr is None:
+            return str
+        frame = Frame(scope, AgentState(), None)
+        namespace: dict[str, Any] | None = None
+
+        def evaluate(code: ast.PythonCode) -> Any:
+            nonlocal namespace
+            if namespace is None:
+                namespace = self.namespace(frame)
+            return self.bridge.evaluate(code, namespace)
+
+        try:
+            return resolve_type(expr, lambda name: self._lookup_type_name(name, scope), evaluate)
+        except UnknownTypeError as exc:
+            raise KediNameError(str(exc), frames=trace.current_frames(), original=exc) from None
+        except TypeResolutionError as exc:
+            raise KediTypeExecutionError(str(exc), frames=trace.current_frames(), original=exc) from None
+        except PythonFailure as failure:
+            raise self._python_error(failure) from None
+
+    def _lookup_type_name(self, name: str, scope: Scope) -> Any:
+        value = self.lookup(name, scope)
+        if name in _BUILTIN_SHADOW_SAFE and not isinstance(value, type):
+            raise KeyError(name)
+        return value
+
+    def type_label(self, expr: ast.TypeExpr | None) -> Any:
+        """A readable annotation for signatures (resolved lazily elsewhere)."""
+        if expr is None:
+            return str
+        try:
+            return resolve_type(expr, lambda name: self._lookup_type_name(name, self.module_scope), _no_python)
+        except Exception:
+            return _source_text(expr)
+
+    def check(self, annotation: Any, value: Any, what: str, *, missing: bool = False) -> Any:
+        """Strict validation at a boundary (no coercion)."""
+        try:
+            return check_value(annotation, value)
+        except TypeCheckError as exc:
+            if missing:
+                message = f"{what}: the procedure ended without returning a value (declared `{type_label(annotation)}`)"
+            else:
+                message = f"{what}: {exc}"
+            raise KediTypeExecutionError(message, frames=trace.current_frames(), original=exc) from None
+
+    # ================================================================== python
+
+    def namespace(self, frame: Frame) -> dict[str, Any]:
+        """Globals for embedded Python: builtins < runtime env < prelude < Kedi bindings."""
+        namespace: dict[str, Any] = {"__builtins__": builtins}
+        namespace.update(self.env)
+        namespace.update(self.bridge.prelude)
+        for scope in frame.scope.chain():
+            namespace.update(scope.vars)
+        return namespace
+
+    async def evaluate_python(self, code: ast.PythonCode, frame: Frame) -> Any:
+        """Evaluate one Python expression (`` `expr` ``, `` <`expr`> ``, defaults)."""
+        await self._force_references(code, frame)
+        namespace = self.namespace(frame)
+        with trace.frame("inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure):
+            try:
+                if self._needs_thread(code, namespace):
+                    return await anyio.to_thread.run_sync(self.bridge.evaluate, code, namespace)
+                return self.bridge.evaluate(code, namespace)
+            except PythonFailure as failure:
+                raise self._python_error(failure) from None
+
+    async def execute_python(self, code: ast.PythonCode, frame: Frame, *, must_return: bool = False) -> Any:
+        """Run Python statements; sync writes to existing Kedi names back."""
+        await self._force_references(code, frame)
+        namespace = self.namespace(frame)
+        try:
+            if self._needs_thread(code, namespace):
+                result = await anyio.to_thread.run_sync(self.bridge.execute, code, namespace)
+            else:
+                result = self.bridge.execute(code, namespace)
+        except PythonFailure as failure:
+            raise self._python_error(failure) from None
+        for name, value in result.writes.items():
+            self._sync_write(name, value, frame)
+        if must_return and not result.returned:
+            raise KediValueExecutionError(
+                "a `= ```` ` block must `return` a value", frames=trace.current_frames()
+            )
+        return result.value
+
+    def _sync_write(self, name: str, value: Any, frame: Frame) -> None:
+        if name == RESERVED_ARGS:
+            raise KediValueExecutionError(
+                "`args` is reserved for program arguments and cannot be assigned",
+                frames=trace.current_frames(),
+            )
+        scope = frame.scope.find(name)
+        if scope is not None:
+            scope.vars[name] = value
+        elif name in self.bridge.prelude:
+            self.bridge.prelude[name] = value
+
+    def _needs_thread(self, code: ast.PythonCode, namespace: Mapping[str, Any]) -> bool:
+        """Code that may call a Kedi procedure runs in a worker thread so the call can hop back."""
+        return any(isinstance(namespace.get(name), KediProcedure) for name in self.bridge.references(code))
+
+    def _python_error(self, failure: PythonFailure) -> KediExecutionError:
+        original = failure.original
+        if isinstance(original, KediExecutionError):
+            return original
+        return trace.wrap(original, python_traces=tuple(failure.traces))
+
+    # ================================================================== misc
+
+    def snippet(self, span: Span | None) -> str:
+        """The source line where `span` starts."""
+        if span is None or span.line < 1:
+            return ""
+        return self.source.line_text(span.line).strip()
+
+
+class Frame:
+    """The running state of one body: its scope, agent state and procedure name."""
+
+    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence")
+
+    def __init__(self, scope: Scope, agent: AgentState, procedure: str | None) -> None:
+        self.scope = scope
+        self.agent = agent
+        self.procedure = procedure
+        self.scheduler: Scheduler | None = None
+        self.sequence = 0
+
+    def snapshot(self) -> Frame:
+        """A copy whose scope chain holds today's bindings (later writes do not show)."""
+        copy = Frame(self.scope.snapshot(), self.agent, self.procedure)
+        return copy
+
+
+_PROFILE_MEMBERS = frozenset({"adapter", "model", "effort", "system", "settings", "history", "tools"})
+_BUILTIN_SHADOW_SAFE = frozenset({"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"})
+_DECLARATIONS = (ast.Procedure, ast.CustomType, ast.ProfileDef, ast.Directive, ast.SystemDirective, ast.Use)
+
+
+def _no_python(code: ast.PythonCode) -> Any:
+    raise TypeResolutionError("backtick type resolved at call time", None)
+
+
+def _source_text(expr: ast.TypeExpr) -> str:
+    if isinstance(expr, ast.TypeName):
+        return expr.name
+    if isinstance(expr, ast.TypePython):
+        return expr.code.code
+    if isinstance(expr, ast.TypeLiteral):
+        return repr(expr.value)
+    if isinstance(expr, ast.TypeUnion):
+        return " | ".join(_source_text(o) for o in expr.options)
+    return f"{expr.base.name}[{', '.join(_source_text(a) for a in expr.args)}]"
+
+
+def parse_plain_value(text: Any) -> Any:
+    """Plain configuration text: bool, null/none, int, float, a Python literal, else the string."""
+    if not isinstance(text, str):
+        return text
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none"):
+        return None
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    try:
+        return python_ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def history_policy_from(values: Mapping[str, Any]) -> HistoryPolicy:
+    """Validate the expanded `> history:` form."""
+    unknown = set(values) - {"enabled", "compaction_mode", "compaction_threshold", "max_messages", "max_tokens"}
+    if unknown:
+        raise ValueError(f"unknown `> history:` key(s): {', '.join(sorted(unknown))}")
+    if "enabled" not in values:
+        raise ValueError("`> history:` needs `enabled: true` or `enabled: false`")
+    enabled = values["enabled"]
+    if not isinstance(enabled, bool):
+        raise ValueError("`> history:` `enabled` must be true or false")
+    mode = values.get("compaction_mode")
+    if mode not in (None, "native", "disabled"):
+        raise ValueError("`compaction_mode` must be `native` or `disabled`")
+    threshold = values.get("compaction_threshold")
+    if threshold is not None:
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold <= 0:
+            raise ValueError("`compaction_threshold` must be a positive integer")
+        if mode == "disabled":
+            raise ValueError("`compaction_threshold` cannot be used with `compaction_mode: disabled`")
+    bounds = {}
+    for key in ("max_messages", "max_tokens"):
+        bound = values.get(key)
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+            raise ValueError(f"`{key}` must be a positive integer")
+        bounds[key] = bound
+    return HistoryPolicy(enabled, mode, threshold, **bounds)
+
+
+Interpreter._handlers = {
+    ast.Template: Interpreter._template,
+    ast.RawInvoke: Interpreter._raw_invoke,
+    ast.Assign: Interpreter._assign,
+    ast.Return: Interpreter._return,
+    ast.PythonStatement: Interpreter._python_statement,
+    ast.PythonBlock: Interpreter._python_block,
+    ast.Procedure: Interpreter._procedure,
+    ast.CustomType: Interpreter._custom_type,
+    ast.Directive: Interpreter._directive,
+    ast.SystemDirective: Interpreter._system,
+    ast.Use: Interpreter._use,
+    ast.ProfileDef: Interpreter._profile,
+    ast.Import: Interpreter._unsupported,
+    ast.Export: Interpreter._unsupported,
+    ast.Package: Interpreter._unsupported,
+    ast.Optimize: Interpreter._unsupported,
+    ast.Auto: Interpreter._unsupported,
+    ast.TestSuite: Interpreter._suite,
+    ast.EvalSuite: Interpreter._suite,
+}

@@ -1,0 +1,140 @@
+"""Compiled procedures: real Python callables with real signatures.
+
+A `KediProcedure` is what `@name(...)` binds. Kedi code calls it with `await
+invoke(...)`; Python code (backtick expressions, fences, embedding code) calls
+it like any function:
+
+- from a worker thread that kedi started for embedded Python, the call hops
+  back onto the event loop (`anyio.from_thread.run`);
+- from plain synchronous code with no loop running, it runs its own loop;
+- `await proc.acall(...)` from async embedding code.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.from_thread
+
+from kedi.errors import KediTypeExecutionError, KediUsageError
+from kedi.runtime import trace
+from kedi.runtime.scopes import AgentState, Scope
+from kedi.syntax import ast
+
+if TYPE_CHECKING:
+    from kedi.runtime.interpreter import Interpreter
+
+
+class KediProcedure:
+    """A Kedi procedure bound to the scope and agent state where it was defined."""
+
+    def __init__(
+        self,
+        node: ast.Procedure,
+        interpreter: Interpreter,
+        scope: Scope,
+        agent: AgentState,
+        defaults: Mapping[str, Any],
+    ) -> None:
+        self.node = node
+        self.interpreter = interpreter
+        self.scope = scope
+        self.agent = agent
+        self.__name__ = node.name
+        self.__qualname__ = node.name
+        self.__doc__ = node.docstring.text if node.docstring else None
+        self._param_types: dict[str, Any] | None = None
+        self._return_type: Any = None
+        parameters = [
+            inspect.Parameter(
+                p.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=defaults.get(p.name, inspect.Parameter.empty),
+                annotation=interpreter.type_label(p.type),
+            )
+            for p in node.params
+        ]
+        self.__signature__ = inspect.Signature(
+            parameters, return_annotation=interpreter.type_label(node.returns)
+        )
+
+    def __repr__(self) -> str:
+        return f"<kedi procedure {self.__name__}{self.__signature__}>"
+
+    # ------------------------------------------------------------------ calling
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return anyio.from_thread.run(functools.partial(self.acall, *args, **kwargs))
+        except RuntimeError as exc:
+            if "worker thread" not in str(exc) and "event loop" not in str(exc):
+                raise
+        try:
+            import sniffio
+
+            sniffio.current_async_library()
+        except Exception:
+            return anyio.run(self._call_kwargs, args, kwargs, backend="asyncio")
+        raise KediUsageError(
+            f"procedure {self.__name__!r} was called synchronously from inside a running event "
+            f"loop; use `await {self.__name__}.acall(...)`"
+        )
+
+    async def _call_kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return await self.acall(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the procedure from async code."""
+        return await self.invoke(args, kwargs)
+
+    async def invoke(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], span: Any = None) -> Any:
+        """Bind and check the arguments, run the body, check the result."""
+        node = self.node
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise trace.wrap(
+                TypeError(f"procedure `{node.name}`: {exc}"),
+            ) from None
+        bound.apply_defaults()
+        types = self._parameter_types()
+        scope = Scope(self.scope, params=frozenset(bound.arguments))
+        interp = self.interpreter
+        for name, value in bound.arguments.items():
+            scope.vars[name] = interp.check(types[name], value, f"argument `{name}` of `{node.name}`")
+        with trace.frame(
+            "procedure",
+            node.span,
+            label=f"procedure {node.name}",
+            procedure=node.name,
+            snippet=interp.snippet(node.span),
+        ):
+            returned, value = await interp.run_body(node.body, scope, self.agent, node.name)
+            if not returned:
+                value = ""
+            return interp.check(
+                self._result_type(), value, f"return value of `{node.name}`", missing=not returned
+            )
+
+    def _parameter_types(self) -> dict[str, Any]:
+        if self._param_types is None:
+            resolve = self.interpreter.resolve_type_in
+            self._param_types = {p.name: resolve(p.type, self.scope) for p in self.node.params}
+        return self._param_types
+
+    def _result_type(self) -> Any:
+        if self._return_type is None:
+            self._return_type = self.interpreter.resolve_type_in(self.node.returns, self.scope)
+        return self._return_type
+
+
+def not_a_procedure(name: str, value: Any) -> KediTypeExecutionError:
+    """The error for `<name(...)>` when `name` is not callable."""
+    return KediTypeExecutionError(
+        f"`{name}` is not a procedure (it is a {type(value).__name__})",
+        frames=trace.current_frames(),
+    )

@@ -1,0 +1,202 @@
+"""Compiled programs and how to run them (the embedding API's core).
+
+    program = kedi.compile(source, path="flow.kedi")
+    result = await program.run(args={"title": "x"}, model="script:replies.json")
+    result = program.run_sync()
+
+`compile` parses and runs the static checks (no execution). Each `run` is an
+independent execution: a fresh module scope, prelude, and conversation (unless
+a `conversation=` is passed, which lets several runs share history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+from kedi.history.lanes import Conversation
+from kedi.runtime import config as config_module
+from kedi.runtime.calls import CallLayer, Transcript
+from kedi.runtime.config import parse_parallel
+from kedi.runtime.interpreter import Interpreter
+from kedi.runtime.procedures import KediProcedure
+from kedi.runtime.scopes import AgentState, SystemText
+from kedi.source import SourceFile
+from kedi.syntax import ast
+from kedi.syntax.checks import check_or_raise
+from kedi.syntax.directives import NOT_YET_SUPPORTED
+from kedi.errors import Diagnostic, KediCheckError
+
+
+def check_source(source: str, path: str | None = None, *, fragment: bool = False) -> ast.Module:
+    """Parse `source` and run every static check; return the module."""
+    from kedi.syntax import parse
+
+    module = parse(source, path)
+    file = SourceFile(source, path)
+    check_or_raise(module, source=file, fragment=fragment)
+    _reject_unsupported(module, file)
+    return module
+
+
+def _reject_unsupported(module: ast.Module, source: SourceFile) -> None:
+    """Directives this build cannot execute fail at check time, never silently."""
+    problems = []
+    for node, message in _unsupported_nodes(module.body):
+        problems.append(Diagnostic(node.span, message, source_line=source.line_text(node.span.line)))
+    if problems:
+        raise KediCheckError(problems)
+
+
+_UNSUPPORTED_NODES: dict[type, str] = {
+    ast.Import: "`> import:` is not supported yet",
+    ast.Export: "`> export:` is not supported yet",
+    ast.Package: "`> package:` is not supported yet",
+    ast.Optimize: "`> optimize:` is not supported yet",
+    ast.Auto: "`> auto:` is not supported yet",
+}
+
+
+def _unsupported_nodes(body: Sequence[ast.Statement]) -> list[tuple[Any, str]]:
+    found: list[tuple[Any, str]] = []
+    for node in body:
+        if type(node) in _UNSUPPORTED_NODES:
+            found.append((node, _UNSUPPORTED_NODES[type(node)]))
+        elif isinstance(node, ast.Directive) and node.name in NOT_YET_SUPPORTED:
+            found.append((node, f"`> {node.name}:` is not supported yet"))
+        elif isinstance(node, ast.Procedure):
+            found.extend(_unsupported_nodes(node.body))
+        elif isinstance(node, ast.ProfileDef):
+            found.extend(_unsupported_nodes(node.members))
+    return found
+
+
+class Program:
+    """A parsed and checked Kedi program, ready to run any number of times."""
+
+    def __init__(self, module: ast.Module, source: SourceFile) -> None:
+        self.module = module
+        self.source = source
+        self._procedures: dict[str, KediProcedure] | None = None
+
+    @property
+    def path(self) -> str:
+        return self.source.path
+
+    async def run(
+        self,
+        *,
+        args: Mapping[str, Any] | None = None,
+        adapter: Any = None,
+        model: str | None = None,
+        conversation: Conversation | None = None,
+        parallel: Any = None,
+        transcript: str | Path | IO[str] | Callable[[dict[str, Any]], None] | None = None,
+        hooks: Sequence[Callable[..., Any]] | None = None,
+        history_processor: Callable[..., Any] | None = None,
+        env: Mapping[str, Any] | None = None,
+        system: str | None = None,
+        effort: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        quiet: bool = True,
+        body_arguments: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run the program and return its top-level result (None without a return).
+
+        Arguments left out fall back to `kedi.configure` / `kedi.context` defaults.
+        `system`, `effort` and `settings` seed the agent state that the program's
+        own directives then override. `body_arguments` runs the program as the
+        body of a procedure with those parameters (how `@kedi.query` works).
+        """
+        interpreter, layer = self._start(
+            args=args,
+            adapter=adapter,
+            model=model,
+            conversation=conversation,
+            parallel=parallel,
+            transcript=transcript,
+            hooks=hooks,
+            history_processor=history_processor,
+            env=env,
+            quiet=quiet,
+        )
+        defaults = config_module.current()
+        agent = initial_agent(
+            system if system is not None else defaults.system,
+            effort,
+            {**defaults.settings, **(settings or {})},
+        )
+        try:
+            return await interpreter.run_module(agent=agent, body_arguments=body_arguments)
+        finally:
+            if layer.transcript is not None:
+                layer.transcript.close()
+
+    def run_sync(self, **options: Any) -> Any:
+        """`run` from synchronous code."""
+        return anyio.run(lambda: self.run(**options), backend="asyncio")
+
+    def _start(self, **options: Any) -> tuple[Interpreter, CallLayer]:
+        defaults = config_module.current()
+        transcript = options["transcript"]
+        workers = parse_parallel(options["parallel"] if options["parallel"] is not None else defaults.parallel)
+        layer = CallLayer(
+            adapter=options["adapter"] if options["adapter"] is not None else defaults.adapter,
+            model=options["model"] if options["model"] is not None else defaults.model,
+            conversation=options["conversation"],
+            transcript=Transcript(transcript) if transcript is not None else None,
+            hooks=tuple(defaults.user_prompt_submit) + tuple(options["hooks"] or ()),
+            history_processor=options["history_processor"] or defaults.history_processor,
+            quiet=options["quiet"],
+        )
+        env = {**defaults.env, **(options["env"] or {})}
+        interpreter = Interpreter(
+            self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers
+        )
+        layer.limiter = interpreter.limiter
+        return interpreter, layer
+
+    async def load_procedures(self) -> dict[str, KediProcedure]:
+        """The top-level procedures as Python callables (async form of `procedures`)."""
+        if self._procedures is None:
+            interpreter, _ = self._start(
+                args=None, adapter=None, model=None, conversation=None, parallel=None,
+                transcript=None, hooks=None, history_processor=None, env=None, quiet=True,
+            )
+            await interpreter.run_module(declarations_only=True)
+            self._procedures = {
+                name: value
+                for name, value in interpreter.module_scope.vars.items()
+                if isinstance(value, KediProcedure)
+            }
+        return dict(self._procedures)
+
+    @property
+    def procedures(self) -> dict[str, KediProcedure]:
+        """The top-level procedures as Python callables (sync and `acall` async).
+
+        Built by running the program's declarations only (prelude, custom types,
+        procedures, profiles, directives), never its model calls or returns.
+        """
+        if self._procedures is None:
+            anyio.run(self.load_procedures, backend="asyncio")
+        return dict(self._procedures or {})
+
+
+def initial_agent(system: str | None, effort: str | None, settings: Mapping[str, Any]) -> AgentState:
+    """The agent state a run starts from (API defaults; directives override it)."""
+    agent = AgentState(effort=effort).with_settings(settings)
+    if system:
+        row = ast.Row(segments=(ast.Text(value=system),))
+        agent = replace(agent, system=SystemText((row,)))
+    return agent
+
+
+def compile_program(source: str, *, path: str | None = None, fragment: bool = False) -> Program:
+    """Parse and check `source`; return a runnable `Program`."""
+    module = check_source(source, path, fragment=fragment)
+    return Program(module, SourceFile(source, path))

@@ -1,0 +1,371 @@
+"""Embedded Python: the prelude, inline expressions, standalone statements and fences.
+
+Each snippet compiles once, under a synthetic file name such as
+`<kedi:flow.kedi:12>`, and is registered with `linecache`, so Python's own
+tracebacks show its source. A Python line N of a snippet is `.kedi` line
+`code.first_line + N - 1`; `PythonFailure.trace` carries that mapping.
+
+Module-level semantics, as the Kedi documentation describes them:
+
+* the interpreter passes a namespace holding the prelude names, the visible Kedi
+  values and `__builtins__`; it is the code's globals *and* locals, so a bare
+  name and `globals()["x"]` both read a Kedi value, and `count += 1` rebinds it
+  without `global`;
+* after a statement or fence runs, `ExecResult.writes` lists the names that
+  existed before and now hold a different object; the interpreter syncs those
+  back. Names the code created are not reported: they stay local and vanish;
+* a `return` at the top level of a fence ends it with a value. It is compiled to
+  `raise <_KediReturn>(value)`; `_KediReturn` derives from `BaseException`, so an
+  `except Exception:` in the fence cannot swallow it (a bare `except:` can).
+
+Caches are plain dicts written with single atomic operations: two threads that
+compile the same snippet at once both get a correct code object, and one wins.
+"""
+
+from __future__ import annotations
+
+import ast
+import dis
+import itertools
+import linecache
+import sys
+import textwrap
+import weakref
+from dataclasses import dataclass
+from types import CodeType, ModuleType
+from typing import Any
+
+from kedi.errors import KediPythonTrace
+from kedi.syntax.ast import PythonCode
+
+RETURN_NAME = "__kedi_return__"
+"""The global name a rewritten top-level `return` raises through (present only while a fence runs)."""
+
+DYNAMIC_ACCESS = frozenset({"globals", "locals", "vars", "dir", "eval", "exec"})
+"""Builtins through which code can read or write any global by a computed name."""
+
+_EMPTY_EXPRESSION = "Inline Python expression cannot be empty"
+# CPython's messages for a `nonlocal` that can only mean a Kedi binding (a global).
+_NONLOCAL_ERRORS = ("nonlocal declaration not allowed at module level", "no binding for nonlocal")
+_ABSENT = object()
+_PRELUDE_NUMBERS = itertools.count(1)
+
+
+class PythonFailure(Exception):
+    """Embedded Python failed: it raised, or it does not compile.
+
+    `original` is the exception Python raised (a `SyntaxError` when the snippet
+    does not compile), `trace` the innermost line of the failing snippet, and
+    `traces` every line of any snippet of this program on the Python stack,
+    outermost first (so a failure inside a prelude function shows both lines).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        original: BaseException,
+        trace: KediPythonTrace | None = None,
+        traces: tuple[KediPythonTrace, ...] = (),
+    ) -> None:
+        """Record the message, the exception Python raised and the mapped lines."""
+        super().__init__(message)
+        self.message = message
+        self.original = original
+        self.trace = trace
+        self.traces = traces
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by constructor arguments."""
+        return (type(self), (self.message, self.original, self.trace, self.traces))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """What running a statement or fence did."""
+
+    returned: bool
+    """Whether a top-level `return` ended it."""
+    value: Any
+    """The returned value (`None` without a `return`)."""
+    writes: dict[str, Any]
+    """Names that existed in the namespace before and now hold a different object."""
+
+
+class _KediReturn(BaseException):
+    """Carries a fence's top-level `return` value out of `exec`."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """A compiled statement or fence and what its bytecode shows about names."""
+
+    code: CodeType
+    reads: frozenset[str]
+    stores: frozenset[str] | None
+    """Global names it can rebind; `None` when it reaches globals dynamically."""
+    returns: bool
+
+
+class PythonBridge:
+    """Compiles and runs a program's embedded Python; one per `.kedi` file."""
+
+    def __init__(self, path: str) -> None:
+        """Create the bridge of the program at `path` (the name shown in traces)."""
+        self.path = path
+        # The prelude is a real module in `sys.modules` (removed with the bridge):
+        # dataclasses, typing.get_type_hints and pickle look classes' modules up there.
+        self._module = ModuleType(f"__kedi_prelude_{next(_PRELUDE_NUMBERS)}__")
+        self._module.__file__ = path
+        sys.modules[self._module.__name__] = self._module
+        weakref.finalize(self, sys.modules.pop, self._module.__name__, None)
+        self.prelude: dict[str, Any] = self._module.__dict__
+        """The prelude's globals; they persist for the whole program."""
+        self._expressions: dict[PythonCode, CodeType] = {}
+        self._blocks: dict[PythonCode, _Block] = {}
+        self._sources: dict[str, PythonCode] = {}
+
+    # ------------------------------------------------------------------- running
+
+    def run_prelude(self, code: PythonCode) -> None:
+        """Run the prelude fence in `self.prelude` (a `return` in it is ignored).
+
+        Raises:
+            PythonFailure: the prelude raised or does not compile.
+        """
+        self.execute(code, self.prelude)
+
+    def evaluate(self, code: PythonCode, namespace: dict[str, Any]) -> Any:
+        """Evaluate one expression with `namespace` as its globals and return its value.
+
+        Raises:
+            PythonFailure: the expression raised, is empty, or does not compile.
+        """
+        compiled = self._expressions.get(code)
+        if compiled is None:
+            compiled = self._compile_expression(code)
+        try:
+            return eval(compiled, namespace)
+        except Exception as exc:
+            raise self._failure(exc, code) from exc
+
+    def execute(self, code: PythonCode, namespace: dict[str, Any]) -> ExecResult:
+        """Run statements (a backtick statement or a fence) with `namespace` as globals.
+
+        Raises:
+            PythonFailure: the code raised, does not compile, or uses `nonlocal`
+                on a Kedi binding.
+        """
+        block = self._block(code)
+        before = _snapshot(namespace, block.stores)
+        if block.returns:
+            # dict's own methods: the interpreter's namespace may track item writes.
+            dict.__setitem__(namespace, RETURN_NAME, _KediReturn)
+        returned, value = False, None
+        try:
+            exec(block.code, namespace)
+        except _KediReturn as result:
+            returned, value = True, result.value
+        except Exception as exc:
+            raise self._failure(exc, code) from exc
+        finally:
+            if block.returns:
+                dict.pop(namespace, RETURN_NAME, None)
+        writes = {}
+        for name, old in before.items():
+            new = dict.get(namespace, name, _ABSENT)
+            if new is not old and new is not _ABSENT:
+                writes[name] = new
+        return ExecResult(returned, value, writes)
+
+    # ------------------------------------------------------------------- analysis
+
+    def references(self, code: PythonCode) -> frozenset[str]:
+        """Return every global name the code can read, nested functions included.
+
+        Names read through `globals()`, `vars()` and the like cannot be listed;
+        `reads_dynamically` tells when that can happen.
+
+        Raises:
+            PythonFailure: the code does not compile.
+        """
+        return self._block(code).reads
+
+    def reads_dynamically(self, code: PythonCode) -> bool:
+        """Whether the code can reach globals by computed names (`globals()["x"]`)."""
+        return self._block(code).stores is None
+
+    # ------------------------------------------------------------------- compiling
+
+    def _compile_expression(self, code: PythonCode) -> CodeType:
+        filename = self._filename(code)
+        source = _source(code)
+        if not source:
+            error = SyntaxError(_EMPTY_EXPRESSION)
+            raise PythonFailure(_EMPTY_EXPRESSION, error, self._trace(code, filename, 1))
+        try:
+            compiled = compile(source, filename, "eval", dont_inherit=True)
+        except SyntaxError as exc:
+            raise self._syntax_failure(exc, code, filename) from None
+        self._expressions[code] = compiled
+        return compiled
+
+    def _block(self, code: PythonCode) -> _Block:
+        block = self._blocks.get(code)
+        if block is None:
+            block = self._compile_block(code)
+            self._blocks[code] = block
+        return block
+
+    def _compile_block(self, code: PythonCode) -> _Block:
+        filename = self._filename(code)
+        try:
+            tree = ast.parse(_source(code), filename, "exec")
+        except SyntaxError as exc:
+            raise self._syntax_failure(exc, code, filename) from None
+        rewriter = _ReturnRewriter()
+        tree = ast.fix_missing_locations(rewriter.visit(tree))
+        try:
+            compiled = compile(tree, filename, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            if (exc.msg or "").startswith(_NONLOCAL_ERRORS):
+                raise self._nonlocal_failure(exc, tree, code, filename) from None
+            raise self._syntax_failure(exc, code, filename) from None
+        reads, stores = _global_names(compiled)
+        reads.discard(RETURN_NAME)
+        dynamic = not DYNAMIC_ACCESS.isdisjoint(reads)
+        return _Block(
+            compiled, frozenset(reads), None if dynamic else frozenset(stores), rewriter.found
+        )
+
+    def _filename(self, code: PythonCode) -> str:
+        """Return the snippet's synthetic file name, registering it on first use."""
+        base = f"<kedi:{self.path}:{code.first_line}"
+        filename, number = f"{base}>", 1
+        # Two different snippets can start on the same line (`<`a`> and <`b`>`).
+        while (known := self._sources.setdefault(filename, code)) != code:
+            number += 1
+            filename = f"{base}#{number}>"
+        if known is code:
+            lines = code.code.splitlines(keepends=True)
+            linecache.cache[filename] = (len(code.code), None, lines, filename)
+        return filename
+
+    # ------------------------------------------------------------------- failures
+
+    def _trace(self, code: PythonCode, filename: str, line: int) -> KediPythonTrace:
+        lines = code.code.splitlines()
+        snippet = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        return KediPythonTrace(
+            code=code.code,
+            filename=filename,
+            python_line=line,
+            kedi_line=code.first_line + line - 1,
+            path=self.path,
+            snippet=snippet,
+        )
+
+    def _failure(self, exc: Exception, code: PythonCode) -> PythonFailure:
+        filename = self._filename(code)
+        traces: list[KediPythonTrace] = []
+        tb = exc.__traceback__
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            source = self._sources.get(name)
+            if source is not None:
+                traces.append(self._trace(source, name, tb.tb_lineno))
+            tb = tb.tb_next
+        inner = next((t for t in reversed(traces) if t.filename == filename), None)
+        message = str(exc) or type(exc).__name__
+        return PythonFailure(message, exc, inner, tuple(traces))
+
+    def _syntax_failure(self, exc: SyntaxError, code: PythonCode, filename: str) -> PythonFailure:
+        trace = self._trace(code, filename, exc.lineno or 1)
+        return PythonFailure(exc.msg or "invalid syntax", exc, trace, (trace,))
+
+    def _nonlocal_failure(
+        self, exc: SyntaxError, tree: ast.Module, code: PythonCode, filename: str
+    ) -> PythonFailure:
+        names = [
+            name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Nonlocal) and node.lineno == exc.lineno
+            for name in node.names
+        ]
+        name = names[0] if names else "name"
+        message = f"`nonlocal {name}` cannot rebind a Kedi binding; use `global {name}`"
+        trace = self._trace(code, filename, exc.lineno or 1)
+        return PythonFailure(message, exc, trace, (trace,))
+
+
+class _ReturnRewriter(ast.NodeTransformer):
+    """Rewrites top-level `return x` into `raise __kedi_return__(x)`."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Return(self, node: ast.Return) -> ast.Raise:
+        self.found = True
+        value = node.value if node.value is not None else ast.Constant(None)
+        call = ast.Call(ast.Name(RETURN_NAME, ast.Load()), [value], [])
+        return ast.copy_location(ast.Raise(exc=call, cause=None), node)
+
+    def _keep(self, node: ast.AST) -> ast.AST:
+        # A `return` inside a function or class belongs to it, not to the fence.
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
+
+
+_READ_OPS = frozenset({"LOAD_NAME", "LOAD_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"})
+
+
+def _global_names(module: CodeType) -> tuple[set[str], set[str]]:
+    """Return (reads, stores) of namespace names, from the bytecode of all nested code.
+
+    Bytecode is exact where a source walk would have to redo Python's scoping:
+    `count += 1` at the top level is `LOAD_NAME`/`STORE_NAME`, a nested function's
+    `global count` is `STORE_GLOBAL`, and a class body's `STORE_NAME` writes to the
+    class, not the namespace (so only the module's own `STORE_NAME` counts).
+    """
+    reads: set[str] = set()
+    stores: set[str] = set()
+    pending = [module]
+    while pending:
+        code = pending.pop()
+        for instruction in dis.get_instructions(code):
+            op = instruction.opname
+            if op in _READ_OPS:
+                reads.add(instruction.argval)
+            elif op == "STORE_GLOBAL" or (op == "STORE_NAME" and code is module):
+                stores.add(instruction.argval)
+        pending.extend(const for const in code.co_consts if isinstance(const, CodeType))
+    return reads, stores
+
+
+def _source(code: PythonCode) -> str:
+    """Return the code to compile: indentation and surrounding blanks removed, lines kept.
+
+    Expressions and statements go through the same text, so `references` (which
+    analyses the statement form) accepts exactly what `evaluate` accepts.
+    """
+    return textwrap.dedent(code.code).lstrip(" \t").rstrip()
+
+
+def _snapshot(namespace: dict[str, Any], names: frozenset[str] | None) -> dict[str, Any]:
+    """Return the raw bindings of `names` (all of them for `None`).
+
+    `dict`'s own methods read the stored objects without going through a
+    subclass's `__getitem__`, which may force a pending parallel result.
+    """
+    if names is None:
+        return dict.copy(namespace)
+    before = {}
+    for name in names:
+        value = dict.get(namespace, name, _ABSENT)
+        if value is not _ABSENT:
+            before[name] = value
+    return before

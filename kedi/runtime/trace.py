@@ -1,0 +1,87 @@
+"""Kedi stack traces: frames pointing at `.kedi` lines, never at kedi's own code.
+
+The interpreter pushes a frame for every procedure and statement it runs
+(context-local, so concurrent calls keep separate stacks). When a non-kedi
+exception escapes a frame it is wrapped once into a `KediExecutionError` that
+carries a snapshot of the stack; outer frames let it pass unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from kedi.errors import (
+    AdapterError,
+    KediError,
+    KediExecutionError,
+    KediKeyExecutionError,
+    KediNameError,
+    KediPythonTrace,
+    KediTraceFrame,
+    KediTypeExecutionError,
+    KediValueExecutionError,
+)
+from kedi.source import Span
+
+_STACK: ContextVar[tuple[KediTraceFrame, ...]] = ContextVar("kedi_trace", default=())
+
+_FLAVOURS: tuple[tuple[type[BaseException], type[KediExecutionError]], ...] = (
+    (NameError, KediNameError),
+    (KeyError, KediKeyExecutionError),
+    (TypeError, KediTypeExecutionError),
+    (ValueError, KediValueExecutionError),
+)
+
+
+def current_frames() -> tuple[KediTraceFrame, ...]:
+    """The Kedi stack of the running task, outermost first."""
+    return _STACK.get()
+
+
+@contextmanager
+def frame(
+    kind: str,
+    span: Span | None,
+    *,
+    label: str | None = None,
+    procedure: str | None = None,
+    snippet: str = "",
+) -> Iterator[None]:
+    """Run a block under a Kedi trace frame; wrap foreign exceptions escaping it."""
+    entry = KediTraceFrame(kind, label or kind, span, procedure, snippet)
+    token = _STACK.set(_STACK.get() + (entry,))
+    try:
+        yield
+    except KediExecutionError:
+        raise
+    except Exception as exc:
+        raise wrap(exc) from exc
+    finally:
+        _STACK.reset(token)
+
+
+def wrap(
+    exc: BaseException,
+    message: str | None = None,
+    python_traces: tuple[KediPythonTrace, ...] = (),
+) -> KediExecutionError:
+    """Build the execution error for `exc` with the current stack."""
+    if isinstance(exc, KediExecutionError):
+        return exc
+    cls = KediExecutionError
+    if not isinstance(exc, KediError) or isinstance(exc, AdapterError):
+        for builtin, flavour in _FLAVOURS:
+            if isinstance(exc, builtin) and not isinstance(exc, AdapterError):
+                cls = flavour
+                break
+    text = message or _message(exc)
+    return cls(text, frames=current_frames(), original=exc, python_traces=python_traces)
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return f"key {exc.args[0]!r} not found"
+    text = str(exc)
+    return text or type(exc).__name__

@@ -1,0 +1,48 @@
+"""The Kedi body of a `@kedi.query` docstring."""
+
+from __future__ import annotations
+
+from kedi.errors import KediUsageError
+from kedi.syntax._postlex import indent_width
+
+HEADER = "kedi"
+
+
+def query_body_source(docstring: str | None) -> str:
+    """Return the Kedi body of a `@kedi.query` docstring.
+
+    The docstring must start with a line holding only `kedi`; that line is
+    removed and the rest is dedented. The common indentation is measured on the
+    rows that do not start with `>>`, so the documented column-0 `>>` rows stay
+    body rows (see docs/syntax.md, "indentation anomaly").
+
+    Raises:
+        KediUsageError: The docstring is missing, has no standalone `kedi`
+            header line, or has an empty body.
+    """
+    if not isinstance(docstring, str) or not docstring.strip():
+        raise KediUsageError("@kedi.query needs a docstring whose first line is `kedi`")
+    lines = docstring.expandtabs(4).replace("\r\n", "\n").split("\n")
+    while not lines[0].strip():
+        lines.pop(0)
+    if lines[0].strip() != HEADER:
+        raise KediUsageError(
+            "the @kedi.query docstring must start with a line holding only `kedi`, "
+            f"found {lines[0].strip()!r}"
+        )
+    body = lines[1:]
+    rows = [line for line in body if line.strip()]
+    if not rows:
+        raise KediUsageError("the @kedi.query docstring has an empty Kedi body after its `kedi` line")
+    measured = [row for row in rows if not row.lstrip().startswith(">>")] or rows
+    common = min(indent_width(row[: len(row) - len(row.lstrip())]) for row in measured)
+    dedented = [_dedent(line, common) for line in body]
+    while not dedented[-1].strip():
+        dedented.pop()
+    return "\n".join(dedented) + "\n"
+
+
+def _dedent(line: str, width: int) -> str:
+    if not line.strip():
+        return ""
+    return line[min(width, len(line) - len(line.lstrip())) :]

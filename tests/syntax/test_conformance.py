@@ -1,0 +1,132 @@
+"""Every program of the Kedi documentation corpus parses.
+
+The corpus lives beside the repository (`<repo>/../shared/conformance/kedi-docs`,
+as in CI's checkout). A missing or empty corpus fails these tests: it must
+never pass vacuously.
+"""
+
+from __future__ import annotations
+
+import ast as python_ast
+import csv
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from kedi.errors import KediSyntaxError
+from kedi.syntax import parse
+from kedi.syntax.docstrings import query_body_source
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "kedi-docs"
+_EMBEDDING_CALLS = ("parse_program", "execute")
+
+
+def kedi_files() -> list[Path]:
+    files = sorted(CORPUS.glob("*.kedi"))
+    assert files, f"no .kedi files in {CORPUS}: the conformance corpus is missing"
+    return files
+
+
+def embedded_sources() -> list[tuple[str, str, str]]:
+    """Return `(file, kind, kedi source)` for every Kedi text inside the corpus `.py` files."""
+    found = []
+    python_files = sorted(CORPUS.glob("*.py"))
+    assert python_files, f"no .py files in {CORPUS}: the conformance corpus is missing"
+    for path in python_files:
+        tree = python_ast.parse(path.read_text(encoding="utf-8"))
+        strings = _module_strings(tree)
+        for node in python_ast.walk(tree):
+            if isinstance(node, python_ast.FunctionDef | python_ast.AsyncFunctionDef) and _is_query(node):
+                docstring = python_ast.get_docstring(node, clean=False)
+                found.append((path.name, "query docstring", query_body_source(docstring)))
+            elif isinstance(node, python_ast.Call) and _call_name(node.func) in _EMBEDDING_CALLS:
+                found.append((path.name, f"{_call_name(node.func)}()", _string_argument(node.args[0], strings)))
+    return found
+
+
+def _is_query(function: python_ast.FunctionDef | python_ast.AsyncFunctionDef) -> bool:
+    for decorator in function.decorator_list:
+        target = decorator.func if isinstance(decorator, python_ast.Call) else decorator
+        if python_ast.unparse(target) == "kedi.query":
+            return True
+    return False
+
+
+def _call_name(func: python_ast.expr) -> str:
+    if isinstance(func, python_ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, python_ast.Name) else ""
+
+
+def _module_strings(tree: python_ast.Module) -> dict[str, str]:
+    """Module-level `name = "..."` assignments, for `parse_program(source)`."""
+    strings = {}
+    for statement in tree.body:
+        if isinstance(statement, python_ast.Assign) and isinstance(statement.value, python_ast.Constant):
+            for target in statement.targets:
+                if isinstance(target, python_ast.Name) and isinstance(statement.value.value, str):
+                    strings[target.id] = statement.value.value
+    return strings
+
+
+def _string_argument(node: python_ast.expr, strings: dict[str, str]) -> str:
+    if isinstance(node, python_ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, python_ast.Name):
+        return strings[node.id]
+    # `"""...""".strip()`, as in the interactive-execution page
+    assert isinstance(node, python_ast.Call) and isinstance(node.func, python_ast.Attribute), python_ast.unparse(node)
+    return str(getattr(_string_argument(node.func.value, strings), node.func.attr)())
+
+
+def failures(sources: list[tuple[str, str]]) -> list[str]:
+    problems = []
+    for name, text in sources:
+        try:
+            parse(text, path=name)
+        except KediSyntaxError as error:
+            problems.append(error.render())
+    return problems
+
+
+@lru_cache(maxsize=1)
+def kedi_failures() -> tuple[int, list[str]]:
+    files = kedi_files()
+    return len(files), failures([(path.name, path.read_text(encoding="utf-8")) for path in files])
+
+
+@lru_cache(maxsize=1)
+def embedded_failures() -> tuple[list[str], list[str]]:
+    embedded = embedded_sources()
+    return [kind for _, kind, _ in embedded], failures([(f"{name} ({kind})", text) for name, kind, text in embedded])
+
+
+def test_every_kedi_file_parses() -> None:
+    assert kedi_failures()[1] == []
+
+
+def test_the_index_lists_exactly_the_kedi_files() -> None:
+    with (CORPUS / "INDEX.tsv").open(encoding="utf-8") as handle:
+        listed = {row["file"] for row in csv.DictReader(handle, delimiter="\t") if row["file"].endswith(".kedi")}
+    assert listed == {path.name for path in kedi_files()}
+
+
+def test_every_embedded_kedi_source_parses() -> None:
+    kinds, problems = embedded_failures()
+    assert set(kinds) == {"query docstring", "parse_program()", "execute()"}
+    assert problems == []
+
+
+def test_conformance_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    files, kedi_problems = kedi_failures()
+    kinds, embedded_problems = embedded_failures()
+    kedi_ok = files - len(kedi_problems)
+    embedded_ok = len(kinds) - len(embedded_problems)
+    with capsys.disabled():
+        print(
+            f"\nconformance: {kedi_ok}/{files} .kedi, {embedded_ok}/{len(kinds)} embedded sources "
+            f"({kinds.count('query docstring')} query docstrings)"
+        )
+    assert files > 0 and kinds
+    assert (kedi_ok, embedded_ok) == (files, len(kinds))
