@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from pydantic_core import to_json
 
 from kedi.adapters.base import (
+    Adapter,
     CallRequest,
     CallResult,
     Exchange,
@@ -39,6 +40,7 @@ from kedi.adapters.base import (
     ToolSpec,
     Usage,
 )
+from kedi.errors import HistoryProcessingValidationError
 from kedi.history import (
     Message,
     PartialResult,
@@ -49,7 +51,9 @@ from kedi.history import (
     resolve_run_id,
     wire_tool_arguments,
 )
+from kedi.history.grouping import PORTABLE
 from kedi.history.partial import PartialStage
+from kedi.history.processors import run_history_processor
 
 
 def request_messages(request: CallRequest, *, run_id: str, conversation_id: str) -> list[Message]:
@@ -79,6 +83,10 @@ class PortableTurn:
     run_id: str
     conversation_id: str
     usage: Usage = field(default_factory=Usage)
+    rewrites: int = 0
+    """How many times a history processor rewrote the history during this call."""
+    processed: int = 0
+    """Model requests the history processor has run before (its `request_index`)."""
 
     @classmethod
     def start(cls, request: CallRequest) -> PortableTurn:
@@ -122,9 +130,53 @@ class PortableTurn:
         """Add a message that did not come from the model (tool result, correction)."""
         self.added.append(message)
 
+    async def process(self, owner: Adapter) -> None:
+        """Run the history processor (if any) on what the next model request sends.
+
+        The processor sees the history and this call's turn so far (never the
+        instructions) and must hand the turn back unchanged at the end; an
+        accepted rewrite replaces the history for the rest of the call, and is
+        committed only if the call succeeds (`CallResult.rewritten_history`).
+        """
+        processor = self.request.history_processor or getattr(owner, "history_processor", None)
+        if processor is None:
+            return
+        system = [m for m in self.prefix if m.role == "system"]
+        history = [m for m in self.prefix if m.role != "system"]
+        self.processed += 1
+        outcome = await run_history_processor(
+            processor,
+            [*history, *self.added],
+            PORTABLE,
+            adapter_shortname=owner.shortname,
+            model_id=owner.model_name,
+            request_index=self.processed,
+            cache_epoch=self.request.cache_epoch + self.rewrites,
+            owner=owner,
+        )
+        if not outcome.rewritten:
+            return
+        size = len(self.added)
+        processed = list(outcome.messages)
+        if processed[-size:] != self.added:
+            raise HistoryProcessingValidationError(
+                "a history processor must return the messages of the call in progress unchanged at the end"
+            )
+        self.prefix = [*system, *processed[:-size]]
+        self.rewrites += 1
+
     def result(self, value: Any) -> CallResult:
-        """The successful call: `value` and the whole turn."""
-        return CallResult(value=value, new_messages=tuple(self.added), usage=self.usage)
+        """The successful call: `value`, the whole turn, and any accepted history rewrite."""
+        rewritten = None
+        if self.rewrites:
+            rewritten = tuple(m for m in self.prefix if m.role != "system")
+        return CallResult(
+            value=value,
+            new_messages=tuple(self.added),
+            usage=self.usage,
+            rewritten_history=rewritten,
+            rewrites=self.rewrites,
+        )
 
     def partial(self, stage: PartialStage) -> PartialResult | None:
         """Evidence of a failed call: the history through its last completed model turn.

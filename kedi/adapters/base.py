@@ -196,7 +196,14 @@ class Adapter(ABC):
         """Run one call (including any tool loop and validation retries)."""
 
     def check(self, request: CallRequest) -> None:
-        """Raise `CapabilityError` before any I/O if the request can't be served."""
+        """Raise before any I/O if the request can't be served.
+
+        `CapabilityError` for a request the adapter cannot represent; an error
+        too when the adapter is called from inside its own history processor.
+        """
+        from kedi.history.processors import check_not_reentrant
+
+        check_not_reentrant(self)
         if request.output is not None and not self.profile.structured_output:
             raise CapabilityError(
                 f"adapter {self.shortname!r} has no structured output; "

@@ -28,8 +28,9 @@ call, so the lane gets exactly what was sent and answered:
   `parallel_tool_calls` go to `bind_tools`. Everything else is dropped.
 - **Usage**: summed from each reply's `usage_metadata`; a reply without it is
   estimated with `count_tokens_approximately`.
-- **History processors** (Part B) run before every model request, tool-loop
-  follow-ups and retries included.
+- **History processors** (Part B; the adapter's own, then the run's) run
+  before every model request, tool-loop follow-ups and retries included; the
+  call's own messages are protected.
 
 LangChain messages carry no run or conversation stamps (they have no field
 for them that providers are guaranteed to ignore).
@@ -74,7 +75,6 @@ from kedi.history.grouping import SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     ProcessorChain,
-    check_not_reentrant,
     run_history_processor,
 )
 
@@ -176,6 +176,7 @@ class LangChainAdapter(Adapter):
 
     def check(self, request: CallRequest) -> None:
         """Raise `CapabilityError` before any I/O if the chat model cannot serve the request."""
+        super().check(request)
         name = type(self.chat_model).__name__
         if request.tools and not self.supports_tools:
             raise CapabilityError(
@@ -195,7 +196,6 @@ class LangChainAdapter(Adapter):
 
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call: the tool loop, structured-output retries, history processing."""
-        check_not_reentrant(self)
         _require_asyncio()
         self.check(request)
         processor = self.history_processor
@@ -375,7 +375,7 @@ class _Turn:
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=self.usage.requests + 1,
-            cache_epoch=self.request.cache_epoch,
+            cache_epoch=self.request.cache_epoch + self.rewrites,
             owner=self.adapter,
         )
         if not outcome.rewritten:

@@ -74,6 +74,7 @@ class OfflineAdapter(Adapter):
         """Answer one call deterministically (see the module docstring)."""
         self.check(request)
         turn = PortableTurn.start(request)
+        await turn.process(self)
         if request.output is None:
             text = offline_text(request.prompt)
             turn.respond(turn.stamp(role="assistant", content=text))

@@ -84,8 +84,6 @@ from kedi.adapters.base import (
 )
 from kedi.errors import (
     AdapterError,
-    CapabilityError,
-    HistoryProcessingValidationError,
     KediConfigError,
     OutputValidationError,
     ProviderError,
@@ -178,20 +176,6 @@ class OpenAIAdapter(Adapter):
                 if value is not _CONTINUE:
                     return call.result(value)
 
-    async def process_history(self, messages: list[Message], request: CallRequest) -> list[Message]:
-        """The history-processing hook, awaited before every model request.
-
-        Receives the portable messages about to be sent (the instructions
-        first, then the history, then this call's turn so far) and returns the
-        messages to send; this call's turn must come back unchanged at the end.
-        A changed list replaces the history for the rest of the call and becomes
-        the result's `rewritten_history`. Processors are not applied yet, so
-        configuring one fails before any I/O.
-        """
-        if request.history_processor is not None or self.history_processor is not None:
-            raise CapabilityError("history processors are not supported by the openai adapter yet")
-        return messages
-
     # ------------------------------------------------------------------ structured output
 
     def _plan(self, request: CallRequest) -> _Plan | None:
@@ -235,11 +219,7 @@ class OpenAIAdapter(Adapter):
                     partial=turn.partial("loop"),
                 )
             call.set_instructions()
-            messages = turn.messages
-            sent = await self.process_history(messages, call.request)
-            if sent != messages:
-                _adopt(turn, sent)
-                call.rewrites += 1
+            await turn.process(self)
             try:
                 reply = await self._send(client, self._body(call), call.options)
             except ProviderError as error:
@@ -410,16 +390,10 @@ class _Call:
         self.plan = plan
         self.turn = PortableTurn.start(request)
         self.retries = options.output_retries
-        self.rewrites = 0
-        """How many times the history hook changed the history."""
 
     def result(self, value: Any) -> CallResult:
-        """The successful call, with the processed history if the hook changed it."""
-        result = self.turn.result(value)
-        if not self.rewrites:
-            return result
-        history = tuple(message for message in self.turn.prefix if message.role != "system")
-        return replace(result, rewritten_history=history, rewrites=self.rewrites)
+        """The successful call (with the processed history if a processor rewrote it)."""
+        return self.turn.result(value)
 
     def set_instructions(self) -> None:
         """Make the system message match the mode: prompted mode adds the schema."""
@@ -496,16 +470,6 @@ class _Call:
                 partial=self.turn.partial("decode"),
             )
         self.retries -= 1
-
-
-def _adopt(turn: PortableTurn, sent: list[Message]) -> None:
-    """Make a processed message list the turn's prefix; the turn itself must be unchanged."""
-    size = len(turn.added)
-    if list(sent[-size:]) != turn.added:
-        raise HistoryProcessingValidationError(
-            "a history processor must return the messages of the call in progress unchanged at the end"
-        )
-    turn.prefix = list(sent[:-size])
 
 
 # --------------------------------------------------------------------------- HTTP helpers

@@ -27,9 +27,10 @@
   `thinking` setting is given; `output_retries` / `tool_retries` become the
   run's retry budgets and `request_limit` its `UsageLimits`. Other keys are
   dropped.
-- **History processors** (Part B): run by kedi on the lane snapshot plus the
-  new prompt before `agent.run`, and through a `ProcessHistory` capability
-  before each later model request of the run (tool-loop follow-ups, retries).
+- **History processors** (Part B; the adapter's own, then the run's): run by
+  kedi on the lane snapshot plus the new prompt before `agent.run`, and
+  through a `ProcessHistory` capability before each later model request of the
+  run (tool-loop follow-ups, retries). The run's own messages are protected.
 - **Transcripts**: each model request is reported to `request.on_exchange` as
   portable JSON (one-way, for display), instructions first.
 
@@ -84,7 +85,6 @@ from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     ProcessorChain,
     ProcessorOutcome,
-    check_not_reentrant,
     reject_process_history,
     run_history_processor,
 )
@@ -222,7 +222,6 @@ class PydanticAdapter(Adapter):
 
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call as one `agent.run(...)`."""
-        check_not_reentrant(self)
         _require_asyncio()
         self.check(request)
         assert self._model is not None  # checked above
@@ -509,7 +508,7 @@ class _Call:
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=request_index,
-            cache_epoch=self.request.cache_epoch,
+            cache_epoch=self.request.cache_epoch + self.rewrites,
             metadata=[{"run_id": m.run_id, "conversation_id": m.conversation_id} for m in messages],
             owner=self.adapter,
         )

@@ -258,6 +258,7 @@ class ScriptAdapter(Adapter):
         turn = PortableTurn.start(request)
         rounds = 0
         while True:
+            await turn.process(self)
             entry = self._claim(request, turn)
             if entry.delay_ms:
                 await anyio.sleep(entry.delay_ms / 1000)

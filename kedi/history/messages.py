@@ -41,7 +41,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -67,7 +67,7 @@ __all__ = [
     "ThinkingBlock",
     "ToolCall",
     "as_messages",
-    "history_items",
+    "history_tail",
     "interrupted_result",
     "is_truncated_args",
     "iter_messages",
@@ -366,10 +366,18 @@ def _check_history(history: object) -> None:
         raise HistoryError(f"a history is a sequence of messages, not a {type(history).__name__}")
 
 
-def history_items(history: Iterable[Message | Mapping[str, Any]]) -> list[Message | Mapping[str, Any]]:
-    """The items of `history` as a new list, without inspecting them (cheap on long lanes)."""
-    _check_history(history)
-    return list(history)
+def _coerce(item: object, index: int) -> Message:
+    """`item` (at `index` in its history) as a `Message`; dicts are validated."""
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return Message.model_validate(item)
+        except HistoryError as error:
+            raise HistoryError(f"history message {index}: {error}") from None
+    raise HistoryError(
+        f"history message {index} is a {type(item).__name__}; expected a kedi Message or a dict in the C1 shape"
+    )
 
 
 def iter_messages(history: Iterable[Message | Mapping[str, Any]]) -> Iterator[Message]:
@@ -381,20 +389,21 @@ def iter_messages(history: Iterable[Message | Mapping[str, Any]]) -> Iterator[Me
     """
     _check_history(history)
     for index, item in enumerate(history):
-        if isinstance(item, Message):
-            yield item
-        elif isinstance(item, Mapping):
-            try:
-                yield Message.model_validate(item)
-            except HistoryError as error:
-                raise HistoryError(f"history message {index}: {error}") from None
-        else:
-            raise HistoryError(
-                f"history message {index} is a {type(item).__name__}; "
-                "expected a kedi Message or a dict in the C1 shape"
-            )
+        yield _coerce(item, index)
 
 
 def as_messages(history: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
     """Coerce a history of `Message` objects and C1 dicts into a new list of `Message`."""
     return list(iter_messages(history))
+
+
+def history_tail(history: Iterable[Message | Mapping[str, Any]], count: int) -> tuple[int, list[Message]]:
+    """The length of `history` and its last `count` items as `Message` objects.
+
+    Items before the tail are not inspected, and a sequence (a list, a lane
+    view) is not even copied, so trimming a long lane costs only its tail.
+    """
+    _check_history(history)
+    items = history if isinstance(history, Sequence) else list(history)
+    length = len(items)
+    return length, [_coerce(items[index], index) for index in range(max(0, length - count), length)]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kedi.errors import HistoryError
-from kedi.history.messages import Message, as_messages, history_items
+from kedi.history.messages import Message, as_messages, history_tail
 
 __all__ = ["budget_history", "estimate_tokens", "may_open_window", "trim_history"]
 
@@ -53,11 +53,10 @@ def trim_history(max_messages: int) -> Processor:
     limit = _check_bound("trim_history", "max_messages", max_messages)
 
     def trim(messages: HistoryInput) -> list[Message]:
-        # Only the last `limit` items are coerced: trimming runs before
-        # validation (C6), and skipping the rest keeps trim cheap on long lanes.
-        items = history_items(messages)
-        history = as_messages(items[-limit:])
-        if len(items) <= limit:
+        # Only the tail is coerced: trimming runs before validation (C6), and
+        # skipping the rest keeps trim cheap on long lanes.
+        length, history = history_tail(messages, limit)
+        if length <= limit:
             return history
         start = _first_opening(history, 0)
         if start == len(history):

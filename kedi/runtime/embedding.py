@@ -74,9 +74,9 @@ def query(
             raise KediUsageError(f"@kedi.query: {function.__qualname__} has no docstring")
         body = query_body_source(doc)
         path = f"<query {function.__qualname__}>"
-        program = compile_program(body, path=path, fragment=True)
         names = tuple(inspect.signature(function).parameters)
         _reject_tool_collisions(names, env)
+        program = compile_program(body, path=path, fragment=True, known_globals=(*names, *(env or {})))
 
         async def run(arguments: Mapping[str, Any]) -> Any:
             return await program.run(
@@ -123,10 +123,12 @@ def bind(
             defining = inspect.getsourcefile(function)
             base = Path(defining).parent if defining else Path.cwd()
             path = base / path
-        loaded = None if reload else _load(path)
+        names = tuple(inspect.signature(function).parameters)
+        known = (*names, *(env or {}))
+        loaded = None if reload else _load(path, known)
 
         async def run(arguments: Mapping[str, Any]) -> Any:
-            program = loaded or _load(path)
+            program = loaded or _load(path, known)
             return await program.run(
                 adapter=adapter,
                 model=model,
@@ -143,12 +145,12 @@ def bind(
     return decorate
 
 
-def _load(path: Path) -> Program:
+def _load(path: Path, known_globals: tuple[str, ...]) -> Program:
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KediUsageError(f"@kedi.bind: cannot read {path}: {exc}") from None
-    return compile_program(source, path=str(path))
+    return compile_program(source, path=str(path), known_globals=known_globals)
 
 
 def _reject_tool_collisions(names: tuple[str, ...], env: Mapping[str, Any] | None) -> None:

@@ -9,7 +9,6 @@ they are defined. Only `>>` and `<<` cross the model boundary (see
 
 from __future__ import annotations
 
-import ast as python_ast
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -41,7 +40,7 @@ from kedi.runtime.types import (
 from kedi.runtime.values import render
 from kedi.source import SourceFile, Span
 from kedi.syntax import ast
-from kedi.syntax.directives import NOT_YET_SUPPORTED
+from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
 
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"
@@ -549,10 +548,10 @@ class Interpreter:
 
     async def evaluate_python(self, code: ast.PythonCode, frame: Frame) -> Any:
         """Evaluate one Python expression (`` `expr` ``, `` <`expr`> ``, defaults)."""
-        await self._force_references(code, frame)
-        namespace = self.namespace(frame)
         with trace.frame("inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure):
             try:
+                await self._force_references(code, frame)
+                namespace = self.namespace(frame)
                 if self._needs_thread(code, namespace):
                     return await anyio.to_thread.run_sync(self.bridge.evaluate, code, namespace)
                 return self.bridge.evaluate(code, namespace)
@@ -561,9 +560,9 @@ class Interpreter:
 
     async def execute_python(self, code: ast.PythonCode, frame: Frame, *, must_return: bool = False) -> Any:
         """Run Python statements; sync writes to existing Kedi names back."""
-        await self._force_references(code, frame)
-        namespace = self.namespace(frame)
         try:
+            await self._force_references(code, frame)
+            namespace = self.namespace(frame)
             if self._needs_thread(code, namespace):
                 result = await anyio.to_thread.run_sync(self.bridge.execute, code, namespace)
             else:
@@ -648,29 +647,9 @@ def _source_text(expr: ast.TypeExpr) -> str:
     return f"{expr.base.name}[{', '.join(_source_text(a) for a in expr.args)}]"
 
 
-def parse_plain_value(text: Any) -> Any:
-    """Plain configuration text: bool, null/none, int, float, a Python literal, else the string."""
-    if not isinstance(text, str):
-        return text
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("null", "none"):
-        return None
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    try:
-        return python_ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def history_policy_from(values: Mapping[str, Any]) -> HistoryPolicy:
     """Validate the expanded `> history:` form."""
-    unknown = set(values) - {"enabled", "compaction_mode", "compaction_threshold", "max_messages", "max_tokens"}
+    unknown = set(values) - set(SPECS["history"].keys)
     if unknown:
         raise ValueError(f"unknown `> history:` key(s): {', '.join(sorted(unknown))}")
     if "enabled" not in values:

@@ -32,13 +32,18 @@ from kedi.syntax.directives import NOT_YET_SUPPORTED
 from kedi.errors import Diagnostic, KediCheckError
 
 
-def check_source(source: str, path: str | None = None, *, fragment: bool = False) -> ast.Module:
-    """Parse `source` and run every static check; return the module."""
+def check_source(
+    source: str, path: str | None = None, *, fragment: bool = False, known_globals: Sequence[str] = ()
+) -> ast.Module:
+    """Parse `source` and run every static check; return the module.
+
+    `known_globals` names values the embedder provides (query arguments, env).
+    """
     from kedi.syntax import parse
 
     module = parse(source, path)
     file = SourceFile(source, path)
-    check_or_raise(module, source=file, fragment=fragment)
+    check_or_raise(module, source=file, fragment=fragment, known_globals=known_globals)
     _reject_unsupported(module, file)
     return module
 
@@ -196,7 +201,13 @@ def initial_agent(system: str | None, effort: str | None, settings: Mapping[str,
     return agent
 
 
-def compile_program(source: str, *, path: str | None = None, fragment: bool = False) -> Program:
-    """Parse and check `source`; return a runnable `Program`."""
-    module = check_source(source, path, fragment=fragment)
+def compile_program(
+    source: str, *, path: str | None = None, fragment: bool = False, known_globals: Sequence[str] = ()
+) -> Program:
+    """Parse and check `source`; return a runnable `Program`.
+
+    `fragment` marks source that is not a whole program (a query body);
+    `known_globals` names the values the embedder will provide at run time.
+    """
+    module = check_source(source, path, fragment=fragment, known_globals=known_globals)
     return Program(module, SourceFile(source, path))

@@ -28,6 +28,7 @@ import ast
 import dis
 import itertools
 import linecache
+import re
 import sys
 import textwrap
 import weakref
@@ -207,7 +208,7 @@ class PythonBridge:
             error = SyntaxError(_EMPTY_EXPRESSION)
             raise PythonFailure(_EMPTY_EXPRESSION, error, self._trace(code, filename, 1))
         try:
-            compiled = compile(source, filename, "eval", dont_inherit=True)
+            compiled = compile(_parse_leniently(source, filename, "eval"), filename, "eval", dont_inherit=True)
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
         self._expressions[code] = compiled
@@ -223,7 +224,7 @@ class PythonBridge:
     def _compile_block(self, code: PythonCode) -> _Block:
         filename = self._filename(code)
         try:
-            tree = ast.parse(_source(code), filename, "exec")
+            tree = _parse_leniently(_source(code), filename, "exec")
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
         rewriter = _ReturnRewriter()
@@ -344,6 +345,37 @@ def _global_names(module: CodeType) -> tuple[set[str], set[str]]:
                 stores.add(instruction.argval)
         pending.extend(const for const in code.co_consts if isinstance(const, CodeType))
     return reads, stores
+
+
+_ANGLE_NAME = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def _angle_references(source: str) -> tuple[str, ...]:
+    """Readings of `<name>` inside backtick Python as the Kedi value `name` (spec §12 A3).
+
+    Only tried when the code does not compile as written, so valid Python such
+    as `a < b > c` keeps its meaning. The candidates, in order: every
+    `<name>` read as `name`; then a whole expression wrapped in `<...>` read as
+    the expression itself.
+    """
+    candidates = [_ANGLE_NAME.sub(r"(\1)", source)]
+    text = source.strip()
+    if text.startswith("<") and text.endswith(">"):
+        candidates.append(f"({text[1:-1]})")
+    return tuple(candidates)
+
+
+def _parse_leniently(source: str, filename: str, mode: str) -> ast.AST:
+    """Parse Python, falling back to the `<name>` readings; raise the original error."""
+    try:
+        return ast.parse(source, filename, mode)
+    except SyntaxError as error:
+        for candidate in _angle_references(source):
+            try:
+                return ast.parse(candidate, filename, mode)
+            except SyntaxError:
+                continue
+        raise error from None
 
 
 def _source(code: PythonCode) -> str:

@@ -44,7 +44,7 @@ _LITERAL_NAMES: dict[str, bool | None] = {"True": True, "False": False, "None": 
 _PROFILE_MEMBERS = (ast.Directive, ast.SystemDirective, ast.Use)
 _SUITE_ONLY = {
     ast.TestCase: "`> case:` belongs inside a `@test:` block",
-    ast.EvalData: "a dataset belongs inside an `@eval:` block",
+    ast.EvalData: "A dataset (`> data:`, `> test_data:`) belongs inside an `@eval:` block",
     ast.EvalMetric: "`> metric:` belongs inside an `@eval:` block",
 }
 # Tokens that only delimit or lay out a construct; `_parts` drops them.

@@ -60,7 +60,9 @@ def parse_fed(fed: str) -> ast.Module:
     (it needs the row after a newline to recognise the indentation anomaly).
     """
     interactive = lark_parser().parse_interactive(fed)
-    for token in layout(interactive.lexer_thread.lex(interactive.parser_state), fed):
-        interactive.feed_token(token)
+    state = interactive.parser_state
+    feed = state.feed_token
+    for token in layout(interactive.lexer_thread.lex(state), fed):
+        feed(token)
     end = len(fed) - 1
-    return interactive.feed_eof(Token("$END", "", end, 0, 0, 0, 0, end))  # type: ignore[no-any-return]
+    return feed(Token("$END", "", end, 0, 0, 0, 0, end), True)  # type: ignore[no-any-return]

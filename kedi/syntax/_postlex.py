@@ -91,13 +91,15 @@ def layout(tokens: Iterable[Token], text: str) -> Iterator[Token]:
         if width != levels[-1]:
             raise SyntaxProblem(
                 (next_row - len(token) + token.rfind("\n") + 1, next_row),
-                f"Unexpected dedent: an indentation of {width} columns matches no enclosing block",
-                "indent this line like one of the enclosing blocks ("
-                + ", ".join(f"{level} columns" for level in open_levels)
-                + ")",
+                f"Unexpected dedent: an indentation of {_columns(width)} matches no enclosing block",
+                f"indent this line like one of the enclosing blocks ({', '.join(map(_columns, open_levels))})",
             )
     for _ in levels[1:]:
         yield _layout_token("_DEDENT", None, last_line_end)
+
+
+def _columns(width: int) -> str:
+    return f"{width} column" if width == 1 else f"{width} columns"
 
 
 def _content_end(text: str, position: int) -> int:

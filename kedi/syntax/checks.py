@@ -203,7 +203,7 @@ class _ScopeBuilder:
                     self.value(statement.metric.value, metric_scope)
             case ast.Package() | ast.Auto() | ast.TestSuite():
                 pass  # no Kedi names: manifest fields, prose, Python assertions
-            case _:
+            case _:  # pragma: no cover - unreachable: every statement class is matched
                 assert_never(statement)
 
     def new_scope(self, parent: _Scope) -> _Scope:
@@ -232,7 +232,7 @@ class _ScopeBuilder:
                     scope.bind(segment.name, "value")
                 case ast.Text() | ast.InlinePython() | ast.BareBacktick():
                     pass  # backtick Python is too dynamic to check statically
-                case _:
+                case _:  # pragma: no cover - unreachable: every segment class is matched
                     assert_never(segment)
 
     def python(self, code: ast.PythonCode, scope: _Scope) -> None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lark import Token
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.parsers.lalr_analysis import Shift
 
 from kedi.errors import Diagnostic, KediSyntaxError
 from kedi.source import SourceFile, Span
@@ -118,6 +119,7 @@ _CONSTRUCTS = {
 _OPENERS = {"_LT": "_GT", "_LSQB": "_RSQB", "ASSIGN_OPEN": "_RSQB", "_LPAR": "_RPAR", "PROC_HEAD": "_RPAR",
             "TYPE_HEAD": "_RPAR"}
 _CLOSERS = frozenset(_OPENERS.values())
+_CODE = re.compile(r"`[^`\n]*`?")
 _WORD = re.compile(r"[^\s<>\[\](),:=|`#\\]+")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME_HINT = "names start with a letter or `_` and hold only letters, digits and `_`"
@@ -128,8 +130,6 @@ DEFAULT_HINT = "defaults are one-line backtick expressions: name: Type = `value`
 
 def syntax_error(error: Exception, source: SourceFile, fed: str) -> KediSyntaxError:
     """Return the `KediSyntaxError` for a failure while parsing `fed` (the shifted source)."""
-    if isinstance(error, VisitError):
-        error = error.orig_exc
     if isinstance(error, SyntaxProblem):
         where = error.where
         span = where if isinstance(where, Span) else _span(source, *where)
@@ -147,6 +147,38 @@ def _span(source: SourceFile, start: int, end: int) -> Span:
 
 def _error(source: SourceFile, span: Span, message: str, hint: str | None) -> KediSyntaxError:
     return KediSyntaxError([Diagnostic(span, message, hint, source.line_text(span.line))])
+
+
+def _acceptable(state: Any) -> frozenset[str]:
+    """Return the terminals the parser can really shift in `state`.
+
+    LALR merges lookahead sets, so the terminals listed for a state (and in
+    Lark's `expected`) can include some that only a reduction would reject.
+    Replaying the reductions on a copy of the state stack, without running the
+    builder, keeps only the terminals that lead to a shift (or to the end).
+    """
+    table = state.parse_conf.states
+    end_state = state.parse_conf.end_state
+    accepted = set()
+    for name in table[state.position]:
+        if not (name.isupper() or name == "$END"):
+            continue  # a rule name: a goto entry, not a terminal
+        stack = list(state.state_stack)
+        while True:
+            action = table[stack[-1]].get(name)
+            if action is None:
+                break
+            if action[0] is Shift:
+                accepted.add(name)
+                break
+            rule = action[1]
+            if rule.expansion:
+                del stack[-len(rule.expansion) :]
+            stack.append(table[stack[-1]][rule.origin.name][1])
+            if name == "$END" and stack[-1] == end_state:
+                accepted.add(name)
+                break
+    return frozenset(accepted)
 
 
 def describe_expected(names: Iterable[str]) -> str:
@@ -185,13 +217,14 @@ class _Failure:
     def from_lark(cls, error: UnexpectedInput, fed: str) -> _Failure:
         state = getattr(error, "state", None)
         stack = list(getattr(state, "value_stack", None) or [])
+        expected = _acceptable(state) if state is not None else frozenset()
         if isinstance(error, UnexpectedToken):
             token = error.token
             pos = token.start_pos if token.start_pos is not None else len(fed) - 1
             length = 0 if token.type in _ZERO_WIDTH else len(token)
-            return cls(fed, pos, token.type, length, frozenset(error.expected), stack)
+            return cls(fed, pos, token.type, length, expected, stack)
         assert isinstance(error, UnexpectedCharacters)
-        return cls(fed, error.pos_in_stream, None, 1, frozenset(error.allowed or ()), stack)
+        return cls(fed, error.pos_in_stream, None, 1, expected, stack)
 
     # ------------------------------------------------------------------ description
 
@@ -211,9 +244,11 @@ class _Failure:
         if self.kind in _LAYOUT or self.kind in ("INDENT", "_DEDENT"):
             return PHRASES[self.kind]
         rest = self.fed[self.pos : self.fed.find("\n", self.pos)]
-        word = _WORD.match(rest)
-        text = word.group(0) if word else rest[:1]
-        return f"`{text[:30]}`" if text.strip() else "end of line"
+        word = _WORD.match(rest) or _CODE.match(rest)
+        text = (word.group(0) if word else rest[:1])[:30]
+        if not text.strip():
+            return "end of line"
+        return f"`` {text} ``" if "`" in text else f"`{text}`"
 
     def _at(self, message: str, hint: str | None = None, start: int | None = None,
             end: int | None = None) -> tuple[int, int, str, str | None]:
@@ -285,9 +320,18 @@ class _Failure:
         if kind == "_LT":
             return self._at(f"Unbalanced `<`: expected `>` to close it, found {self.found}",
                             "write `\\<` for a literal `<`", start, end)
-        if kind in ("_LSQB", "ASSIGN_OPEN"):
+        before = self.stack[index - 1] if index > 0 else None
+        if kind == "_LSQB" and isinstance(before, Token) and before.type == "DOTTED":
+            return self._at(f"Malformed type `{before}[...]`: expected {describe_expected(self.expected)}, "
+                            f"found {self.found}", "for example `list[str]` or `dict[str, int]`")
+        if kind in ("_LSQB", "ASSIGN_OPEN") and self._last_token_type() == "_COLON":
+            return self._at(f"Expected a type after `:`, found {self.found}", "for example `[name: str]`")
+        if kind in ("_LSQB", "ASSIGN_OPEN") and self.kind in _LAYOUT:
             return self._at(f"Unbalanced `[`: expected `]` to close it, found {self.found}",
                             "write `\\[` for a literal `[`", start, end)
+        if kind in ("_LSQB", "ASSIGN_OPEN"):
+            return self._at(f"Expected {describe_expected(self.expected)} in the output field `[`, "
+                            f"found {self.found}", "write `\\[` for a literal `[`")
         if kind in ("PROC_HEAD", "TYPE_HEAD"):
             what = "signature" if kind == "PROC_HEAD" else "custom type"
             name = str(opener).rstrip("( \t")
@@ -301,6 +345,10 @@ class _Failure:
                             end=self.pos + 1)
         return self._at(f"Unbalanced `(`: the call{name} needs a closing `)`, found {self.found}",
                         "write `\\,` `\\(` `\\)` for a literal comma or parenthesis", start, end)
+
+    def _last_token_type(self) -> str | None:
+        last = self.stack[-1] if self.stack else None
+        return last.type if isinstance(last, Token) else None
 
     def _innermost_opener(self) -> tuple[Token | None, int]:
         depth = 0

@@ -3,7 +3,8 @@
 The text is fed to the grammar with one leading newline, so the first line is
 lexed like every other line (its indentation, comments and block comments sit in
 a `_NL` token), and with a final newline. CRLF line breaks are fed as
-space + LF, which keeps every offset the same as in the user's text.
+space + LF and a leading byte-order mark as a line break, which keeps every
+offset the same as in the user's text.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def parse(source: str, path: str | None = None) -> ast.Module:
         raise KediUsageError(f"kedi.parse expects source text (str), not {type(source).__name__}")
     file = SourceFile(source, path)
     fed = "\n" + source.replace("\r\n", " \n")
+    if fed.startswith("\ufeff", 1):
+        # A byte-order mark is fed as an empty first line, which keeps every offset.
+        fed = "\n\n" + fed[2:]
     if not fed.endswith("\n"):
         fed += "\n"
     try:

@@ -583,6 +583,21 @@ async def test_an_invalid_edit_or_a_failing_processor_stops_before_any_request()
     assert model.seen == []
 
 
+async def test_a_processor_may_not_call_its_own_adapter() -> None:
+    model = Scripted(replies=[ai("never")])
+
+    async def summarize(ctx: HistoryProcessorContext) -> Any:
+        await adapter.request(call("Summarize"))
+        return ctx.messages
+
+    adapter = LangChainAdapter(model, history_processor=summarize)
+    with pytest.raises(
+        HistoryProcessingError, match="called from inside its own history processor"
+    ):
+        await adapter.request(call("Hi"))
+    assert model.seen == []
+
+
 def test_classifier_describes_langchain_messages() -> None:
     call_info = CLASSIFIER.info(AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "c9"}]))
     assert (call_info.role, call_info.opens, call_info.is_text_only) == (

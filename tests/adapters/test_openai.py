@@ -26,6 +26,7 @@ from kedi.errors import (
     AuthenticationError,
     CapabilityError,
     ContextLengthError,
+    HistoryProcessingError,
     HistoryProcessingValidationError,
     HistoryShapeError,
     KediConfigError,
@@ -531,15 +532,18 @@ async def test_parts_the_endpoint_cannot_take_fail_before_any_request(server: Op
     assert server.received == []
 
 
-class ForgetfulAdapter(OpenAIAdapter):
-    """Uses the history hook to send only the instructions and the call's own turn."""
-
-    async def process_history(self, messages: list[Message], request: CallRequest) -> list[Message]:
-        return [m for m in messages if m.role == "system" or m.run_id == request.run_id]
+def forget_closed_groups(context: Any) -> list[Any]:
+    """A history processor that keeps only protected groups (the call in progress)."""
+    return [
+        message
+        for group in context.groups
+        if not group.eligible
+        for message in context.messages[group.entry_start : group.entry_end]
+    ]
 
 
 @pytest.mark.anyio
-async def test_the_history_hook_decides_what_every_request_sends(server: OpenAIServer) -> None:
+async def test_a_history_processor_decides_what_every_request_sends(server: OpenAIServer) -> None:
     history = (
         Message(role="user", content="old question", run_id="old"),
         Message(role="assistant", content="old answer", run_id="old"),
@@ -549,7 +553,7 @@ async def test_the_history_hook_decides_what_every_request_sends(server: OpenAIS
         Reply(body=completion("Sunny.")),
     )
     exchanges: list[Exchange] = []
-    adapter = ForgetfulAdapter(MODEL, base_url=server.base_url)
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, history_processor=forget_closed_groups)
     result = await adapter.request(
         call(
             "Weather?",
@@ -565,20 +569,27 @@ async def test_the_history_hook_decides_what_every_request_sends(server: OpenAIS
         ["Be terse.", "Weather?"],
     ]
     assert [m["content"] for m in exchanges[1].messages[:2]] == ["Be terse.", "Weather?"]
+    # One actual rewrite (the second request had nothing left to drop).
     assert result.rewritten_history == () and result.rewrites == 1
     assert [m.role for m in result.new_messages] == ["user", "assistant", "tool", "assistant"]
 
 
 @pytest.mark.anyio
-async def test_a_history_hook_must_not_change_the_call_in_progress(server: OpenAIServer) -> None:
-    class Meddling(OpenAIAdapter):
-        async def process_history(
-            self, messages: list[Message], request: CallRequest
-        ) -> list[Message]:
-            return messages[:-1]
+async def test_a_history_processor_must_not_change_the_call_in_progress(server: OpenAIServer) -> None:
+    history = (Message(role="user", content="old"), Message(role="assistant", content="answer"))
+    with pytest.raises(HistoryProcessingValidationError):
+        await make(server).request(call(history=history, history_processor=lambda ctx: ctx.messages[:-1]))
+    assert server.received == []
 
-    with pytest.raises(HistoryProcessingValidationError, match="call in progress unchanged"):
-        await Meddling(MODEL, base_url=server.base_url).request(call())
+
+@pytest.mark.anyio
+async def test_a_failing_history_processor_stops_the_call_before_any_request(server: OpenAIServer) -> None:
+    def broken(context: Any) -> list[Any]:
+        raise RuntimeError("processor bug")
+
+    with pytest.raises(HistoryProcessingError, match="processor bug") as info:
+        await make(server).request(call(history_processor=broken))
+    assert isinstance(info.value.__cause__, RuntimeError)
     assert server.received == []
 
 
@@ -883,15 +894,6 @@ async def test_bad_settings_fail_before_any_request(
 def test_bad_construction_raises_config_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(KediConfigError, match=message):
         OpenAIAdapter(**options)
-
-
-@pytest.mark.anyio
-async def test_a_configured_history_processor_fails_before_any_request(
-    server: OpenAIServer,
-) -> None:
-    with pytest.raises(CapabilityError, match="history processors are not supported"):
-        await make(server).request(call(history_processor=lambda messages: messages))
-    assert server.received == []
 
 
 def test_the_test_server_speaks_the_openai_sdk_types() -> None:

@@ -551,6 +551,21 @@ async def test_a_failing_processor_is_a_history_processing_error() -> None:
     assert script.seen == []
 
 
+async def test_a_processor_may_not_call_its_own_adapter() -> None:
+    script = Script(text("never"))
+
+    async def summarize(ctx: HistoryProcessorContext) -> Any:
+        await adapter.request(call("Summarize", run_id="run-2"))
+        return ctx.messages
+
+    adapter = PydanticAdapter(script.model(), history_processor=summarize)
+    with pytest.raises(
+        HistoryProcessingError, match="called from inside its own history processor"
+    ):
+        await adapter.request(call("Hi"))
+    assert script.seen == []
+
+
 async def test_process_history_capability_is_rejected_with_a_processor() -> None:
     with pytest.raises(KediUsageError, match="ProcessHistory"):
         PydanticAdapter(

@@ -210,3 +210,17 @@ def test_estimate_tokens_counts_content_calls_and_thinking() -> None:
     assert estimate_tokens([message]) == 9
     assert estimate_tokens([]) == 0
     assert estimate_tokens([{"role": "user"}, {"role": "user", "content": "abcd"}]) == 3 + 4
+
+
+def test_trim_validates_only_the_kept_tail_and_names_original_indices() -> None:
+    # Trimming runs before validation (C6): what it cuts is never inspected.
+    history: list[Any] = [{"role": "narrator"}, "junk", {"role": "user", "content": "1"}, reply("2")]
+    assert trim_history(2)(history) == [user("1"), reply("2")]
+    with pytest.raises(HistoryError, match="^history message 1 is a str; expected a kedi Message"):
+        trim_history(3)(history)
+    with pytest.raises(HistoryError, match="^a history is a sequence of messages, not a str$"):
+        trim_history(3)("not a history")
+
+
+def test_trim_accepts_any_iterable() -> None:
+    assert trim_history(1)(iter([user("1"), reply("2")])) == [reply("2")]

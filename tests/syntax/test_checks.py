@@ -30,7 +30,8 @@ from kedi.syntax.directives import (
     parse_plain_value,
 )
 
-CORPUS = Path("/work/shared/conformance/kedi-docs")
+# The corpus lives beside the repository, as for test_conformance.py.
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "kedi-docs"
 
 Found = list[tuple[int, str, str | None]]
 

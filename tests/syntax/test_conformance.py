@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast as python_ast
 import csv
+from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -130,3 +131,21 @@ def test_conformance_summary(capsys: pytest.CaptureFixture[str]) -> None:
         )
     assert files > 0 and kinds
     assert (kedi_ok, embedded_ok) == (files, len(kinds))
+
+
+def test_every_node_of_the_corpus_has_a_real_span() -> None:
+    for path in kedi_files():
+        text = path.read_text(encoding="utf-8")
+        lines = text.count("\n") + 1
+        pending: list[object] = [parse(text, path=path.name)]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, tuple):
+                pending.extend(node)
+                continue
+            if not is_dataclass(node):
+                continue
+            span = node.span  # type: ignore[attr-defined]
+            assert span.path == path.name and 1 <= span.line <= span.end_line <= lines, (path.name, node)
+            assert (span.line, span.column) <= (span.end_line, span.end_column), (path.name, node)
+            pending.extend(getattr(node, item.name) for item in fields(node) if item.name != "span")

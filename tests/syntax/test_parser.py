@@ -7,10 +7,13 @@ import logging
 import pytest
 from lark import Lark, logger
 
+from kedi.errors import KediUsageError
 from kedi.source import Span
 from kedi.syntax import ast as kedi_ast
 from kedi.syntax import parse
+from kedi.syntax._builder import Builder
 from kedi.syntax._grammar import grammar_path, lark_options, lark_parser
+from kedi.syntax.docstrings import query_body_source
 from kedi.syntax.ast import (
     Argument,
     Assign,
@@ -688,3 +691,49 @@ def test_python_code_first_line_maps_to_kedi_lines() -> None:
     assert isinstance(segment, BareBacktick)
     assert segment.code.first_line == 6
     assert segment.span == Span("<string>", 6, 3, 6, 6)
+
+
+def test_byte_order_mark_is_ignored() -> None:
+    assert body("\ufeff[a] = x\n") == (Assign(target="a", type=None, value=rendered(Text(value="x"))),)
+
+
+def test_every_grammar_rule_has_a_builder_method_and_back() -> None:
+    """No Lark tree can leak out: each rule or alias is built by a `Builder` method, and vice versa."""
+    names = set()
+    for rule in lark_parser().rules:
+        name = rule.alias or rule.origin.name
+        inlined = name.startswith("_") or (rule.options.expand1 and len(rule.expansion) == 1)
+        if not inlined:
+            names.add(name)
+    methods = {name for name in vars(Builder) if not name.startswith("_")}
+    assert names == methods
+
+
+# --------------------------------------------------------------------------- query docstrings
+
+
+def test_query_docstring_body_keeps_column_zero_template_rows() -> None:
+    docstring = "kedi\n    > use: search_docs\n>> Use the docs. Return [answer: str] for <question>.\n    = `answer`\n    "
+    source = query_body_source(docstring)
+    assert source == "> use: search_docs\n>> Use the docs. Return [answer: str] for <question>.\n= `answer`\n"
+    assert [type(node) for node in parse(source).body] == [Use, Template, Return]
+
+
+def test_query_docstring_is_dedented_and_may_start_after_blank_lines() -> None:
+    assert query_body_source("\n    kedi\n    >> Hi <x> [y]\n      = `y`\n") == ">> Hi <x> [y]\n  = `y`\n"
+
+
+@pytest.mark.parametrize(
+    ("docstring", "message"),
+    [
+        (None, "@kedi.query needs a docstring whose first line is `kedi`"),
+        ("   ", "@kedi.query needs a docstring whose first line is `kedi`"),
+        ("kedi >> Hi [x]\n", "the @kedi.query docstring must start with a line holding only `kedi`, found 'kedi >> Hi [x]'"),
+        ("Summarize the text.\n", "the @kedi.query docstring must start with a line holding only `kedi`, found 'Summarize the text.'"),
+        ("kedi\n   \n", "the @kedi.query docstring has an empty Kedi body after its `kedi` line"),
+    ],
+)
+def test_query_docstring_misuse(docstring: str | None, message: str) -> None:
+    with pytest.raises(KediUsageError) as info:
+        query_body_source(docstring)
+    assert str(info.value) == message

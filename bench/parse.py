@@ -1,0 +1,152 @@
+"""Parse throughput of kedi against `ast.parse`, and the parser's start-up cost.
+
+Run from the repository root:
+
+    python bench/parse.py
+
+It prints, in one run:
+
+* throughput (MB/s, µs per line) parsing a generated 10,000-line program and
+  the whole documentation corpus, next to `ast.parse` on Python source of
+  about the same size, with the kedi/ast time ratio per byte;
+* the time to import kedi's parser and parse a first program in a fresh
+  process, with Lark's grammar cache cold (empty temporary directory) and warm.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from kedi.syntax import parse  # noqa: E402
+
+CORPUS = REPO.parent / "shared" / "conformance" / "kedi-docs"
+PYTHON_SOURCES = ("argparse.py", "textwrap.py", "string.py", "dataclasses.py", "inspect.py", "typing.py", "pathlib.py")
+UNIT = '''\
+~Ticket{n}(id: int, title: str, tags: list[str] = `[]`)
+
+@classify{n}(message: str, strict: bool = `False`) -> Ticket{n}:
+  ###
+  Classify one support message.
+  ###
+  > model: gpt-5
+  > settings:
+      temperature: 0.2
+  [prefix] = Ticket <`len(message)`> \\#{n}
+  >> Message: <message> (strict: <strict>).
+  Classify it as [ticket: Ticket{n}] and rate [urgency: int].
+  [summary] << Summarize <message> for <prefix> in one line.
+  = `ticket`
+
+```
+LIMIT_{n} = {n} * 2
+```
+[note{n}: str] = <classify{n}(`"printer jammed"`, `True`)> with \\<escapes\\>
+= Result <note{n}>: <`LIMIT_{n} + 1`>
+
+'''
+
+
+def generated_program(lines: int) -> str:
+    """Return a realistic program of about `lines` lines, built from one repeated unit."""
+    parts = []
+    count = 0
+    n = 0
+    while count < lines:
+        unit = UNIT.format(n=n)
+        parts.append(unit)
+        count += unit.count("\n")
+        n += 1
+    return "".join(parts)
+
+
+def python_source(size: int) -> str:
+    """Return whole standard-library modules, concatenated to at least `size` characters."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    chunks: list[str] = []
+    total = 0
+    while total < size:
+        for name in PYTHON_SOURCES:
+            text = (stdlib / name).read_text(encoding="utf-8")
+            chunks.append(text)
+            total += len(text)
+            if total >= size:
+                break
+    return "\n".join(chunks)
+
+
+def best_time(function: Callable[[], object], repeat: int) -> float:
+    """Return the best wall time of `repeat` calls (the least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def compare(label: str, sources: list[str], repeat: int) -> None:
+    """Print kedi and ast.parse throughput on `sources` and on Python of the same size."""
+    size = sum(len(text.encode()) for text in sources)
+    lines = sum(text.count("\n") + 1 for text in sources)
+    kedi = best_time(lambda: [parse(text) for text in sources], repeat)
+    python = python_source(size)
+    python_size = len(python.encode())
+    python_time = best_time(lambda: ast.parse(python), repeat)
+    ratio = (kedi / size) / (python_time / python_size)
+    print(f"{label}: {size:,} bytes, {lines:,} lines")
+    print(f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)")
+    print(f"  ast.parse   {python_size / python_time / 1e6:7.3f} MB/s  (on {python_size:,} bytes of stdlib Python)")
+    print(f"  kedi/ast time per byte: {ratio:.1f}x")
+
+
+STARTUP = """
+import time
+started = time.perf_counter()
+from kedi.syntax import _grammar, parse
+imported = time.perf_counter()
+_grammar.lark_parser()
+loaded = time.perf_counter()
+parse("> model: gpt-5\\n>> Hello <name> [reply]\\n= <reply>\\n")
+done = time.perf_counter()
+print(f"{imported - started:.3f} {loaded - imported:.3f} {done - loaded:.3f}")
+"""
+
+
+def startup(tmpdir: str) -> tuple[float, ...]:
+    """Run a fresh interpreter that imports the parser and parses once; return its timings."""
+    env = {**os.environ, "TMPDIR": tmpdir, "PYTHONPATH": str(REPO)}
+    output = subprocess.run([sys.executable, "-c", STARTUP], env=env, check=True, capture_output=True, text=True)
+    return tuple(float(value) for value in output.stdout.split())
+
+
+def main() -> None:
+    """Run every measurement and print the report."""
+    corpus = [path.read_text(encoding="utf-8") for path in sorted(CORPUS.glob("*.kedi"))]
+    if not corpus:
+        raise SystemExit(f"no corpus in {CORPUS}")
+    print(f"Python {sys.version.split()[0]}, best of several runs\n")
+    compare("generated program", [generated_program(10_000)], repeat=3)
+    print()
+    compare(f"documentation corpus ({len(corpus)} files)", corpus, repeat=5)
+    print()
+    with tempfile.TemporaryDirectory() as tmpdir:
+        cold = startup(tmpdir)
+        warm = min((startup(tmpdir) for _ in range(3)), key=sum)
+    print("fresh process: import kedi.syntax / load grammar / first parse (seconds)")
+    print(f"  Lark cache cold: {cold[0]:.3f} / {cold[1]:.3f} / {cold[2]:.3f}")
+    print(f"  Lark cache warm: {warm[0]:.3f} / {warm[1]:.3f} / {warm[2]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
