@@ -5,17 +5,27 @@ order and prints one line per row. The operations part measures normalize,
 sanitize and trim on 10k- and 100k-message histories and reports the time per
 10k messages at both sizes and their ratio: the operations are linear, so the
 ratio must stay at or below `MAX_RATIO` (the script exits 1 otherwise).
+
+The lane part measures what a conversation costs as it grows: the CPU time of
+committing a turn through `Lane.transaction(...).commit(...)` on a lane that
+already holds 1k and 10k turns (commits append, so the ratio must stay at or
+below `MAX_RATIO` too), and the memory a lane holds per 1,000 turns
+(tracemalloc), with and without the messages themselves.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import anyio  # noqa: E402
 
 from kedi.history import (  # noqa: E402 - after the path set-up above
     Message,
@@ -25,14 +35,17 @@ from kedi.history import (  # noqa: E402 - after the path set-up above
     sanitize_history,
     trim_history,
 )
+from kedi.history.lanes import Lane, LaneKey, canonical_digest  # noqa: E402
 
 SMALL = 10_000
 LARGE = 100_000
 MAX_RATIO = 1.3
-ROUNDS = 6
+ROUNDS = 10
 SMALL_RUNS_PER_ROUND = LARGE // SMALL
 """Both sizes are timed in interleaved rounds (so background load hits both
-alike) on process CPU time, and the best run counts: the least disturbed."""
+alike) on process CPU time, each run after a full collection (so one run does
+not pay for the garbage of the previous ones), and the best run counts: the
+least disturbed by other processes. The collector stays on during the run."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ def make_history(size: int) -> list[Message]:
 
 def cpu_time(operation: Callable[[list[Message]], object], history: list[Message]) -> float:
     """CPU seconds of one run of `operation` on `history`."""
+    gc.collect()
     start = time.process_time()
     operation(history)
     return time.process_time() - start
@@ -120,12 +134,96 @@ def bench_trim() -> list[Row]:
     return scaling("trim(1000)", trim_history(1000))
 
 
+LANE_KEY = LaneKey("offline", "offline", canonical_digest({}))
+SHORT_LANE = 1_000
+LONG_LANE = 10_000
+COMMITS = 1_000
+"""Turns committed per timed run, onto a lane already holding SHORT_LANE or LONG_LANE turns."""
+
+
+def make_turn(n: int) -> list[Message]:
+    """One realistic 4-message turn: prompt, tool call, tool result, reply (about 300 characters)."""
+    run = f"run-{n}"
+    return [
+        Message(role="user", content=f"Summarise ticket #{n}: the printer on floor 3 jams on duplex jobs.", run_id=run),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(id=f"c{n}", name="lookup_ticket", args=f'{{"id": {n}}}')],
+            run_id=run,
+        ),
+        Message(role="tool", tool_call_id=f"c{n}", tool_name="lookup_ticket", content="Opened 3 days ago; 4 comments.", run_id=run),
+        Message(role="assistant", content=f"Ticket #{n}: duplex jams on floor 3, open for 3 days, under discussion.", run_id=run),
+    ]
+
+
+def commit_time(lane_turns: int, turns: list[list[Message]]) -> float:
+    """CPU seconds of committing `turns`, one transaction each, onto a lane of `lane_turns` turns."""
+    lane = Lane(LANE_KEY, "bench", [m for n in range(lane_turns) for m in make_turn(n)])
+
+    async def commit_all() -> float:
+        gc.collect()
+        start = time.process_time()
+        for turn in turns:
+            async with lane.transaction(lane.reserve()) as txn:
+                txn.commit(turn)
+        return time.process_time() - start
+
+    return anyio.run(commit_all)
+
+
+def bench_commit() -> list[Row]:
+    """Commit cost per turn on a 1k- and a 10k-turn lane, and their ratio."""
+    turns = [make_turn(n) for n in range(COMMITS)]
+    best_short = best_long = float("inf")
+    for _ in range(ROUNDS):
+        best_short = min(best_short, commit_time(SHORT_LANE, turns))
+        best_long = min(best_long, commit_time(LONG_LANE, turns))
+    ratio = best_long / best_short
+    return [
+        Row("commit: per turn, 1k-turn lane", best_short / COMMITS * 1e6, "µs"),
+        Row("commit: per turn, 10k-turn lane", best_long / COMMITS * 1e6, "µs"),
+        Row(f"commit: ratio 10k/1k (limit {MAX_RATIO})", ratio, "x", ratio <= MAX_RATIO),
+    ]
+
+
+def lane_memory(turns: int, make: Callable[[int], list[Message]]) -> int:
+    """Bytes traced while committing `turns` turns built by `make` to a new lane."""
+
+    async def build() -> None:
+        for n in range(turns):
+            async with lane.transaction(lane.reserve()) as txn:
+                txn.commit(make(n))
+
+    lane = Lane(LANE_KEY, "bench")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        anyio.run(build)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def bench_memory() -> list[Row]:
+    """Memory per 1,000 turns of a 10k-turn lane: everything, and the lane's own share."""
+    shared = make_turn(0)
+    total = lane_memory(LONG_LANE, make_turn)
+    own = lane_memory(LONG_LANE, lambda n: shared)  # the same messages every turn: only the lane grows
+    per_thousand = 1_000 / LONG_LANE / 1024
+    return [
+        Row("memory: per 1,000 turns (4 messages each)", total * per_thousand, "KiB"),
+        Row("memory: lane's own share per 1,000 turns", own * per_thousand, "KiB"),
+    ]
+
+
 BENCHMARKS: list[Callable[[], list[Row]]] = [
     bench_normalize,
     bench_sanitize,
     bench_trim,
-    # Lead: add the lane benchmarks here ("commit cost per turn",
-    # "memory per 1,000 turns"), each a function returning Rows.
+    bench_commit,
+    bench_memory,
 ]
 
 

@@ -31,8 +31,16 @@ sys.path.insert(0, str(REPO))
 from kedi.syntax import parse  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "conformance" / "kedi-docs"
-PYTHON_SOURCES = ("argparse.py", "textwrap.py", "string.py", "dataclasses.py", "inspect.py", "typing.py", "pathlib.py")
-UNIT = '''\
+PYTHON_SOURCES = (
+    "argparse.py",
+    "textwrap.py",
+    "string.py",
+    "dataclasses.py",
+    "inspect.py",
+    "typing.py",
+    "pathlib.py",
+)
+UNIT = """\
 ~Ticket{n}(id: int, title: str, tags: list[str] = `[]`)
 
 @classify{n}(message: str, strict: bool = `False`) -> Ticket{n}:
@@ -54,7 +62,7 @@ LIMIT_{n} = {n} * 2
 [note{n}: str] = <classify{n}(`"printer jammed"`, `True`)> with \\<escapes\\>
 = Result <note{n}>: <`LIMIT_{n} + 1`>
 
-'''
+"""
 
 
 def generated_program(lines: int) -> str:
@@ -85,13 +93,18 @@ def python_source(size: int) -> str:
     return "\n".join(chunks)
 
 
-def best_time(function: Callable[[], object], repeat: int) -> float:
-    """Return the best wall time of `repeat` calls (the least disturbed by other load)."""
-    best = float("inf")
+def best_times(functions: list[Callable[[], object]], repeat: int) -> list[float]:
+    """Return each function's best wall time over `repeat` interleaved rounds.
+
+    Interleaving exposes kedi and `ast.parse` to the same machine load, and the
+    best round is the one least disturbed by it.
+    """
+    best = [float("inf")] * len(functions)
     for _ in range(repeat):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
+        for index, function in enumerate(functions):
+            started = time.perf_counter()
+            function()
+            best[index] = min(best[index], time.perf_counter() - started)
     return best
 
 
@@ -99,14 +112,21 @@ def compare(label: str, sources: list[str], repeat: int) -> None:
     """Print kedi and ast.parse throughput on `sources` and on Python of the same size."""
     size = sum(len(text.encode()) for text in sources)
     lines = sum(text.count("\n") + 1 for text in sources)
-    kedi = best_time(lambda: [parse(text) for text in sources], repeat)
     python = python_source(size)
     python_size = len(python.encode())
-    python_time = best_time(lambda: ast.parse(python), repeat)
+    kedi, python_time = best_times(
+        [lambda: [parse(text) for text in sources], lambda: ast.parse(python)], repeat
+    )
     ratio = (kedi / size) / (python_time / python_size)
     print(f"{label}: {size:,} bytes, {lines:,} lines")
-    print(f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)")
-    print(f"  ast.parse   {python_size / python_time / 1e6:7.3f} MB/s  (on {python_size:,} bytes of stdlib Python)")
+    print(
+        f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line"
+        f"  ({kedi * 1e3:.1f} ms)"
+    )
+    print(
+        f"  ast.parse   {python_size / python_time / 1e6:7.3f} MB/s"
+        f"  (on {python_size:,} bytes of stdlib Python)"
+    )
     print(f"  kedi/ast time per byte: {ratio:.1f}x")
 
 
@@ -126,7 +146,9 @@ print(f"{imported - started:.3f} {loaded - imported:.3f} {done - loaded:.3f}")
 def startup(tmpdir: str) -> tuple[float, ...]:
     """Run a fresh interpreter that imports the parser and parses once; return its timings."""
     env = {**os.environ, "TMPDIR": tmpdir, "PYTHONPATH": str(REPO)}
-    output = subprocess.run([sys.executable, "-c", STARTUP], env=env, check=True, capture_output=True, text=True)
+    output = subprocess.run(
+        [sys.executable, "-c", STARTUP], env=env, check=True, capture_output=True, text=True
+    )
     return tuple(float(value) for value in output.stdout.split())
 
 
@@ -136,9 +158,9 @@ def main() -> None:
     if not corpus:
         raise SystemExit(f"no corpus in {CORPUS}")
     print(f"Python {sys.version.split()[0]}, best of several runs\n")
-    compare("generated program", [generated_program(10_000)], repeat=3)
+    compare("generated program", [generated_program(10_000)], repeat=5)
     print()
-    compare(f"documentation corpus ({len(corpus)} files)", corpus, repeat=5)
+    compare(f"documentation corpus ({len(corpus)} files)", corpus, repeat=10)
     print()
     with tempfile.TemporaryDirectory() as tmpdir:
         cold = startup(tmpdir)

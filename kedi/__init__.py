@@ -8,11 +8,19 @@ Importing kedi never imports a model framework (Pydantic AI, LangChain):
 adapters load them on first use.
 """
 
+from kedi.adapters.base import Adapter
 from kedi.errors import (
     AdapterError,
+    AuthenticationError,
     CapabilityError,
+    ContextLengthError,
+    ExtraNotInstalledError,
+    HistoryProcessingError,
+    HistoryProcessingValidationError,
+    HistoryShapeError,
     KediCheckError,
     KediConfigError,
+    KediDiagnosticError,
     KediError,
     KediExecutionError,
     KediKeyExecutionError,
@@ -23,7 +31,12 @@ from kedi.errors import (
     KediTypeExecutionError,
     KediUsageError,
     KediValueExecutionError,
+    ModelNotFoundError,
+    OutputValidationError,
     ProviderError,
+    RateLimitError,
+    ScriptExhaustedError,
+    TurnAbandoned,
 )
 from kedi.history import (
     INTERRUPTED_RESULT,
@@ -43,10 +56,12 @@ from kedi.history import (
     wire_tool_arguments,
 )
 from kedi.history.lanes import Conversation
+from kedi.history.processors import HistoryProcessorContext
 from kedi.runtime.calls import PromptEvent
 from kedi.runtime.config import configure, context, parallel, reset_config
 from kedi.runtime.embedding import bind, query
 from kedi.runtime.program import Program, compile_program
+from kedi.runtime.tools import tool
 from kedi.syntax.parser import parse
 
 compile = compile_program
@@ -56,13 +71,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "INTERRUPTED_RESULT",
+    "Adapter",
     "AdapterError",
+    "AuthenticationError",
     "CapabilityError",
+    "ContextLengthError",
     "Conversation",
+    "ExtraNotInstalledError",
     "HistoryError",
+    "HistoryProcessingError",
+    "HistoryProcessingValidationError",
+    "HistoryProcessorContext",
     "HistoryRepair",
+    "HistoryShapeError",
     "KediCheckError",
     "KediConfigError",
+    "KediDiagnosticError",
     "KediError",
     "KediExecutionError",
     "KediKeyExecutionError",
@@ -74,13 +98,18 @@ __all__ = [
     "KediUsageError",
     "KediValueExecutionError",
     "Message",
+    "ModelNotFoundError",
+    "OutputValidationError",
     "Part",
     "Program",
     "PromptEvent",
     "ProviderError",
+    "RateLimitError",
     "SanitizeReport",
+    "ScriptExhaustedError",
     "ThinkingBlock",
     "ToolCall",
+    "TurnAbandoned",
     "UnsafePart",
     "bind",
     "budget_history",
@@ -95,6 +124,7 @@ __all__ = [
     "query",
     "reset_config",
     "sanitize_history",
+    "tool",
     "trim_history",
     "wire_tool_arguments",
 ]

@@ -238,7 +238,21 @@ class KediExecutionError(KediError):
         return "\n".join(out)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_execution_error, (type(self), self.message, self.frames, self.python_traces))
+        return (
+            _rebuild_execution_error,
+            (type(self), self.message, self.frames, self.python_traces, _picklable(self.original)),
+        )
+
+
+def _picklable(value: BaseException | None) -> BaseException | None:
+    """`value` if it survives pickling, else a RuntimeError carrying its type and text."""
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return RuntimeError(f"{type(value).__name__}: {value}")
+    return value
 
 
 def _rebuild_execution_error(
@@ -246,8 +260,9 @@ def _rebuild_execution_error(
     message: str,
     frames: tuple[KediTraceFrame, ...],
     python_traces: tuple[KediPythonTrace, ...],
+    original: BaseException | None = None,
 ) -> KediExecutionError:
-    return cls(message, frames=frames, python_traces=python_traces)
+    return cls(message, frames=frames, python_traces=python_traces, original=original)
 
 
 class KediTypeExecutionError(KediExecutionError, TypeError):

@@ -53,7 +53,7 @@ from kedi.history import (
 )
 from kedi.history.grouping import PORTABLE
 from kedi.history.partial import PartialStage
-from kedi.history.processors import run_history_processor
+from kedi.history.processors import chain_processors, run_history_processor
 
 
 def request_messages(request: CallRequest, *, run_id: str, conversation_id: str) -> list[Message]:
@@ -138,7 +138,7 @@ class PortableTurn:
         accepted rewrite replaces the history for the rest of the call, and is
         committed only if the call succeeds (`CallResult.rewritten_history`).
         """
-        processor = self.request.history_processor or getattr(owner, "history_processor", None)
+        processor = chain_processors(getattr(owner, "history_processor", None), self.request.history_processor)
         if processor is None:
             return
         system = [m for m in self.prefix if m.role == "system"]

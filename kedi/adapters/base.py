@@ -195,6 +195,23 @@ class Adapter(ABC):
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call (including any tool loop and validation retries)."""
 
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports, one row per capability-matrix line, read from `profile`.
+
+        Adapters whose facts need more words than the profile's flags override
+        this with the same row names (see `kedi.adapters.matrix`).
+        """
+        profile = cls.profile
+        return {
+            "structured output": "yes" if profile.structured_output else "no",
+            "tools": "yes" if profile.tools else "no",
+            "streaming": "yes" if profile.streaming else "no",
+            "history": f"yes: {profile.message_format} message lanes" if profile.history else "no",
+            "message format": profile.message_format,
+            "settings": ", ".join(sorted(profile.settings)),
+        }
+
     def check(self, request: CallRequest) -> None:
         """Raise before any I/O if the request can't be served.
 

@@ -74,7 +74,7 @@ from kedi.history import PartialResult, wire_tool_arguments
 from kedi.history.grouping import SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
-    ProcessorChain,
+    chain_processors,
     run_history_processor,
 )
 
@@ -198,13 +198,7 @@ class LangChainAdapter(Adapter):
         """Run one call: the tool loop, structured-output retries, history processing."""
         _require_asyncio()
         self.check(request)
-        processor = self.history_processor
-        if request.history_processor is not None:
-            processor = (
-                request.history_processor
-                if processor is None
-                else ProcessorChain((processor, request.history_processor))
-            )
+        processor = chain_processors(self.history_processor, request.history_processor)
         return await _Turn(self, request, processor).run()
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:

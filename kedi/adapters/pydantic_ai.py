@@ -83,8 +83,8 @@ from kedi.history import PartialResult, resolve_conversation_id, resolve_run_id
 from kedi.history.grouping import CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
-    ProcessorChain,
     ProcessorOutcome,
+    chain_processors,
     reject_process_history,
     run_history_processor,
 )
@@ -226,7 +226,7 @@ class PydanticAdapter(Adapter):
         self.check(request)
         assert self._model is not None  # checked above
         options = _run_options(request.settings, self._model)
-        call = _Call(self, request, _processor(self.history_processor, request.history_processor))
+        call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
         output_type: Any = (
             str if request.output is None else _output_type(request.output, self.output_mode)
@@ -321,15 +321,6 @@ def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
             f"model {model.model_name!r} does not support {mode} structured output (its Pydantic AI profile)"
         )
     return mode
-
-
-def _processor(
-    own: Callable[..., Any] | None, given: Callable[..., Any] | None
-) -> Callable[..., Any] | None:
-    """The adapter's processor, then the run's (`> history:` bounds, embedder default)."""
-    if own is None or given is None:
-        return own or given
-    return ProcessorChain((own, given))
 
 
 def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:

@@ -11,26 +11,69 @@ when all earlier tickets are finished, so commits land in source order even
 when a scheduler overlaps calls. A transaction commits only if the call
 succeeded; failure or cancellation releases the ticket and leaves the lane
 untouched.
+
+The embedding API (`Conversation.seed`, `messages`, `fork`, `dumps`/`loads`,
+`save`/`load`) resolves adapters by name through `kedi.adapters`, imported
+lazily inside those methods: the adapter registry is the one place that maps
+an `(adapter, model)` pair to the adapter a run would use, so the Python API
+and the runtime compute lane keys one way (`LaneKey.for_call`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from kedi.errors import TurnAbandoned
+from kedi.errors import HistoryError, KediUsageError, TurnAbandoned
+
+if TYPE_CHECKING:
+    from kedi.adapters.base import AdapterProfile
+
+PORTABLE = "portable"
+"""The message format of lanes holding kedi's own `Message`s."""
+
+
+def _canonical(value: Any) -> Any:
+    """JSON-like data in one spelling: `1.0` and `1` agree, sets are sorted, mappings are dicts."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_canonical(item) for item in value), key=repr)
+    return value
 
 
 def canonical_digest(value: Any) -> str:
     """A stable short digest of JSON-like data (sorted keys, normalised numbers)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    text = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class LaneOwner(Protocol):
+    """What lanes need from an adapter: its identity, profile and message serializers.
+
+    Any `kedi.adapters.Adapter` has all of it.
+    """
+
+    shortname: str
+    model_name: str
+    profile: AdapterProfile
+
+    def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
+        """Serialize native messages to JSON-compatible data."""
+
+    def load_messages(self, data: Sequence[Any]) -> list[Any]:
+        """Inverse of `dump_messages`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +88,28 @@ class LaneKey:
     """Digest of the MCP server set."""
     tools: str = ""
     """Digest of the tool contract (names plus argument and result schemas)."""
+    format: str = PORTABLE
+    """The message format the lane holds (`portable`, `pydantic-ai`, `langchain`):
+    how it is saved and loaded. Set from the adapter's profile."""
+
+    @classmethod
+    def for_call(
+        cls,
+        adapter: LaneOwner,
+        settings: Mapping[str, Any],
+        *,
+        tools_digest: str = "",
+        mcp_digest: str = "",
+    ) -> LaneKey:
+        """The key of the lane a call on `adapter` with `settings` uses (runtime and API alike)."""
+        return cls(
+            adapter.shortname,
+            adapter.model_name,
+            canonical_digest(dict(settings)),
+            mcp=mcp_digest,
+            tools=tools_digest,
+            format=adapter.profile.message_format,
+        )
 
     def label(self) -> str:
         """A short human-readable name for transcripts: `adapter/model#digest`."""
@@ -99,6 +164,9 @@ class Lane:
         self._done: set[int] = set()
         self._abandoned: set[int] = set()
 
+    def __repr__(self) -> str:
+        return f"Lane({self.key.label()}, {len(self._messages)} messages, epoch {self.epoch})"
+
     # ---------------------------------------------------------------- reading
 
     @property
@@ -111,8 +179,20 @@ class Lane:
 
     @property
     def cache_key(self) -> str:
-        """Stable opaque cache identity of the current epoch (usable as a prompt-cache key)."""
-        return canonical_digest([self.conversation_id, self.key.label(), self.key.settings, self.epoch])
+        """Stable opaque cache identity of the current epoch (usable as a prompt-cache key).
+
+        It depends only on the conversation id, the lane key and the epoch, so
+        it survives commits, saving and loading, and changes with every rewrite.
+        """
+        key = self.key
+        return canonical_digest(
+            [self.conversation_id, key.adapter, key.model, key.settings, key.mcp, key.tools, key.format, self.epoch]
+        )
+
+    @property
+    def busy(self) -> bool:
+        """Whether any call holds a ticket on this lane that is not finished yet."""
+        return self._finished != self._issued
 
     # ---------------------------------------------------------------- ordering
 
@@ -128,7 +208,8 @@ class Lane:
 
         If the transaction fails, the tickets already issued after it are
         abandoned: in source order those calls come after the failure, so a
-        sequential run would never have made them.
+        sequential run would never have made them. Cancellation abandons
+        nothing: the cancelled call just gives up its turn.
         """
         try:
             while self._finished != ticket:
@@ -148,6 +229,8 @@ class Lane:
     def _release(self, ticket: int) -> None:
         # A cancelled waiter may release before its turn: remember it and let the
         # turn pass over it when the tickets before it finish.
+        self._waiters.pop(ticket, None)
+        self._abandoned.discard(ticket)
         self._done.add(ticket)
         while self._finished in self._done:
             self._done.discard(self._finished)
@@ -166,6 +249,45 @@ class Lane:
         """Install rewritten history; each rewrite starts a new epoch (new cache identity)."""
         self._messages = list(messages)
         self.epoch += generations
+
+    def seed(self, messages: Iterable[Any]) -> None:
+        """Install `messages` as this lane's history (restoring or chaining a conversation).
+
+        An empty lane takes them as they are (no cache identity existed yet); a
+        lane with committed turns is rewritten, which starts a new epoch. A
+        portable lane accepts `Message`s or C1 dicts; a native lane accepts only
+        its framework's message objects (load serialized data with the adapter's
+        `load_messages`). Raises `KediUsageError` while a call holds a ticket.
+        """
+        if self.busy:
+            raise KediUsageError(
+                f"cannot seed lane {self.key.label()} while a call on it is in flight; "
+                "seed before the run or after it finishes"
+            )
+        checked = _checked_messages(self.key, messages)
+        if self._messages:
+            self.replace(checked)
+        else:
+            self._messages = checked
+
+
+def _checked_messages(key: LaneKey, messages: Iterable[Any]) -> list[Any]:
+    """`messages` in the lane's own format: portable ones validated, native ones type-checked."""
+    from kedi.history.messages import Message, as_messages
+
+    if isinstance(messages, str | bytes | Mapping):
+        raise HistoryError(f"history must be a sequence of messages, not {type(messages).__name__}")
+    if key.format == PORTABLE:
+        return list(as_messages(messages))
+    items = list(messages)
+    for index, item in enumerate(items):
+        if isinstance(item, Message | Mapping):
+            raise HistoryError(
+                f"history message {index}: lane {key.label()} holds {key.format} messages, not "
+                f"{'serialized data' if isinstance(item, Mapping) else 'kedi Messages'}; "
+                "messages are never translated between formats"
+            )
+    return items
 
 
 class Transaction:
@@ -189,16 +311,34 @@ class Transaction:
         self.committed = True
 
 
+def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
+    """The adapter a run given `adapter=` and `model=` would use (an instance is used as is)."""
+    if adapter is None or isinstance(adapter, str):
+        from kedi.adapters import create_adapter
+
+        return create_adapter(adapter, model)
+    return adapter  # type: ignore[no-any-return]
+
+
 class Conversation:
-    """All history of one run, or of an embedder's explicit conversation."""
+    """All history of one run, or of an embedder's explicit conversation.
+
+    Pass one to several `program.run(conversation=...)` calls to share history
+    between them; see `docs/history.md` ("Conversations from Python").
+    """
 
     def __init__(self, conversation_id: str | None = None) -> None:
         if conversation_id is None:
             from kedi.history.identity import new_id
 
             conversation_id = new_id()
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise KediUsageError(f"a conversation id must be a non-empty string, not {conversation_id!r}")
         self.conversation_id = conversation_id
         self._lanes: dict[LaneKey, Lane] = {}
+
+    def __repr__(self) -> str:
+        return f"Conversation({self.conversation_id!r}, {len(self._lanes)} lanes)"
 
     def lane(self, key: LaneKey) -> Lane:
         """The lane for `key`, created empty the first time."""
@@ -218,3 +358,76 @@ class Conversation:
         for key, lane in self._lanes.items():
             other._lanes[key] = Lane(key, other.conversation_id, lane.messages, lane.epoch)
         return other
+
+    # ------------------------------------------------------------ by adapter/model
+
+    def lane_for(self, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None) -> Lane:
+        """The lane a run's tool-free calls use with this `adapter`, `model` and `settings`.
+
+        Arguments mean what they mean to `program.run` (names, or an adapter
+        instance), taken literally: `kedi.configure` defaults do not apply.
+        `settings` are the model settings in force for the calls, `effort`
+        included when one is set. Calls with tools in scope use other lanes
+        (the tool contract is part of the key): find them in `lanes`.
+        """
+        return self.lane(LaneKey.for_call(resolve_adapter(adapter, model), settings or {}))
+
+    def seed(
+        self,
+        messages: Iterable[Any],
+        *,
+        adapter: Any = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Lane:
+        """Install `messages` as the history of the lane `lane_for(adapter, model, settings)`.
+
+        For chaining runs (pass one run's messages to the next) and resuming
+        (pass a failed call's `partial.messages`). A native lane also accepts
+        its adapter's serialized form (dicts), loaded with `load_messages`.
+        See `Lane.seed` for epochs and validation.
+        """
+        owner = resolve_adapter(adapter, model)
+        lane = self.lane(LaneKey.for_call(owner, settings or {}))
+        if lane.key.format != PORTABLE and not isinstance(messages, str | bytes | Mapping):
+            messages = list(messages)
+            if messages and all(isinstance(item, Mapping) for item in messages):
+                messages = owner.load_messages(messages)
+        lane.seed(messages)
+        return lane
+
+    def messages(
+        self, *, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> list[Any]:
+        """The committed messages of the lane `lane_for(adapter, model, settings)` (empty if unused)."""
+        key = LaneKey.for_call(resolve_adapter(adapter, model), settings or {})
+        lane = self._lanes.get(key)
+        return list(lane.messages) if lane is not None else []
+
+    # ------------------------------------------------------------ persistence
+
+    def dumps(self, *, adapters: Iterable[Any] = ()) -> str:
+        """This conversation as versioned JSON text (see `kedi.history.persistence`)."""
+        from kedi.history.persistence import dumps
+
+        return dumps(self, adapters=adapters)
+
+    @classmethod
+    def loads(cls, text: str | bytes, *, adapters: Iterable[Any] = ()) -> Conversation:
+        """A conversation from `dumps` text; raises `HistoryError` on malformed input."""
+        from kedi.history.persistence import loads
+
+        return loads(text, adapters=adapters)
+
+    def save(self, path: str | os.PathLike[str], *, adapters: Iterable[Any] = ()) -> None:
+        """Write `dumps()` to `path` atomically (a temporary file, then `os.replace`)."""
+        from kedi.history.persistence import save
+
+        save(self, path, adapters=adapters)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, adapters: Iterable[Any] = ()) -> Conversation:
+        """A conversation from a file written by `save`."""
+        from kedi.history.persistence import load
+
+        return load(path, adapters=adapters)

@@ -53,6 +53,7 @@ __all__ = [
     "ProcessorChain",
     "ProcessorOutcome",
     "TokenEstimator",
+    "chain_processors",
     "check_not_reentrant",
     "compose_bounds",
     "max_messages",
@@ -391,6 +392,18 @@ def max_tokens(limit: int, estimator: TokenEstimator | None = None) -> HistoryPr
 # compose_bounds' keyword parameters shadow the public names.
 _max_messages = max_messages
 _max_tokens = max_tokens
+
+
+def chain_processors(*processors: HistoryProcessor | None) -> HistoryProcessor | None:
+    """The given processors applied in order (an adapter's own first, then the run's).
+
+    None entries are skipped; returns None when nothing is left, and a single
+    processor unwrapped.
+    """
+    stages = tuple(p for p in processors if p is not None)
+    if not stages:
+        return None
+    return stages[0] if len(stages) == 1 else ProcessorChain(stages)
 
 
 def compose_bounds(

@@ -112,7 +112,13 @@ class _Pairing:
                 self.report.dropped.append(message.tool_call_id)
                 return
             self._answered[nearest] = True
-            self._top[message.tool_call_id] = self._below[nearest]
+            under = self._below[nearest]
+            if under < 0:
+                # Forget closed ids so the map holds only open calls: it stays
+                # small (and in cache) however long the history is.
+                del self._top[message.tool_call_id]
+            else:
+                self._top[message.tool_call_id] = under
         self.kept.append(message)
 
     def finish(self) -> tuple[list[Message], HistoryRepair]:

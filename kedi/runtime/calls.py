@@ -160,7 +160,7 @@ class CallLayer:
         if agent.effort is not None:
             settings["effort"] = agent.effort
         tools, tools_digest = self._tools(interp, agent.tools)
-        key = LaneKey(adapter.shortname, adapter.model_name, canonical_digest(settings), tools=tools_digest)
+        key = LaneKey.for_call(adapter, settings, tools_digest=tools_digest)
         history = agent.history
         if history.compaction_mode == "native":
             raise CapabilityError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,12 +60,14 @@ def query(
     effort: str | None = None,
     settings: Mapping[str, Any] | None = None,
     env: Mapping[str, Any] | None = None,
+    tools: Sequence[Callable[..., Any]] = (),
     conversation: Conversation | None = None,
     transcript: Any = None,
 ) -> Any:
     """Decorate a function whose docstring holds a Kedi procedure body.
 
     Usable bare (`@kedi.query`) or with options (`@kedi.query(model=...)`).
+    `tools` are Python callables the body may expose with `> use: name`.
     """
 
     def decorate(function: F) -> F:
@@ -75,8 +77,8 @@ def query(
         body = query_body_source(doc)
         path = f"<query {function.__qualname__}>"
         names = tuple(inspect.signature(function).parameters)
-        _reject_tool_collisions(names, env)
-        program = compile_program(body, path=path, fragment=True, known_globals=(*names, *(env or {})))
+        globals_ = _runtime_globals(names, env, tools)
+        program = compile_program(body, path=path, fragment=True, known_globals=(*names, *globals_))
 
         async def run(arguments: Mapping[str, Any]) -> Any:
             return await program.run(
@@ -86,7 +88,7 @@ def query(
                 system=system,
                 effort=effort,
                 settings=settings,
-                env=env,
+                env=globals_,
                 conversation=conversation,
                 transcript=transcript,
             )
@@ -132,7 +134,7 @@ def bind(
             return await program.run(
                 adapter=adapter,
                 model=model,
-                env={**(env or {}), **arguments} if env is None else {**arguments, **env},
+                env={**arguments, **(env or {})},  # env wins over call arguments
                 conversation=conversation,
                 transcript=transcript,
                 system=system,
@@ -153,10 +155,28 @@ def _load(path: Path, known_globals: tuple[str, ...]) -> Program:
     return compile_program(source, path=str(path), known_globals=known_globals)
 
 
-def _reject_tool_collisions(names: tuple[str, ...], env: Mapping[str, Any] | None) -> None:
-    """An argument may not share a name with a runtime global such as `args`."""
+def _runtime_globals(
+    names: tuple[str, ...], env: Mapping[str, Any] | None, tools: Sequence[Callable[..., Any]]
+) -> dict[str, Any]:
+    """The globals a query adds: its tools by name, then `env` (which wins).
+
+    A parameter may not share a name with a tool or with the reserved `args`.
+    """
     if "args" in names:
         raise KediUsageError("@kedi.query: a parameter may not be named `args` (reserved)")
+    by_name: dict[str, Any] = {}
+    for tool in tools:
+        options = getattr(tool, "__kedi_tool__", None)
+        name = getattr(options, "name", None) or getattr(tool, "__name__", None)
+        if not name or not callable(tool):
+            raise KediUsageError(f"@kedi.query: tools must be named callables, got {tool!r}")
+        by_name[name] = tool
+    clashes = sorted(set(names) & set(by_name))
+    if clashes:
+        raise KediUsageError(
+            f"@kedi.query: parameter(s) {', '.join(clashes)} share a name with a tool; rename one"
+        )
+    return {**by_name, **(env or {})}
 
 
 __all__ = ["bind", "query", "ast"]

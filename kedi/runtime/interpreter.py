@@ -107,6 +107,11 @@ class Interpreter:
                 self.bridge.run_prelude(block.code)
             except PythonFailure as failure:
                 raise self._python_error(failure) from None
+            if RESERVED_ARGS in self.bridge.prelude:
+                raise KediValueExecutionError(
+                    "`args` is reserved for program arguments; the prelude cannot define it",
+                    frames=trace.current_frames(),
+                )
 
     async def run_body(
         self, body: Sequence[ast.Statement], scope: Scope, agent: AgentState, procedure: str | None

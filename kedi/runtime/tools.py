@@ -143,7 +143,7 @@ class ToolBuilder:
 
     def _hints(self, target: Any, signature: inspect.Signature) -> dict[str, Any]:
         if isinstance(target, KediProcedure):
-            hints = {name: self._resolve(target, param) for name, param in zip(signature.parameters, target.node.params, strict=True)}
+            hints = {p.name: self._resolve(target, p.type) for p in target.node.params}
             hints["return"] = self._resolve(target, target.node.returns)
             return hints
         try:

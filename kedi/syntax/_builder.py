@@ -2,42 +2,38 @@
 
 `Builder` has one method per grammar rule or alias, in grammar order; Lark calls
 it with the rule's children (tokens, including punctuation and layout, and the
-nodes already built). This is the only code that reads Lark tokens. It resolves
-escapes, trims boundary whitespace, dedents fences, extracts docstrings, and
-reports the errors that are easier to state here than in the grammar (names,
-signatures, body shapes).
-
-Lark binds the callbacks once per process, so the file being parsed is read
-from a context variable that `building` sets around one parse (thread- and
-task-safe). Offsets in tokens are offsets into the *fed* text, which has one
-extra leading newline; `FEED_SHIFT` takes it back out.
+nodes already built). It picks the meaningful children, builds the node, and
+reports the errors that are easier to state here than in the grammar: names,
+signatures, custom types, directive body shapes, suites, module paths. Text and
+code inside rows (escapes, trimming, fences, docstrings, spans) are handled by
+`kedi.syntax._text`.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
 from lark import Token
 
-from kedi.source import SourceFile, Span
+from kedi.source import Span
 from kedi.syntax import ast
-from kedi.syntax._postlex import indent_width
-from kedi.syntax.diagnostics import DEFAULT_HINT, FEED_SHIFT, NAME_HINT, SyntaxProblem
+from kedi.syntax._text import (
+    current_source,
+    docstring,
+    fence_code,
+    inline_code,
+    offset_span,
+    raw_line,
+    segments,
+    span_of,
+    string_literal,
+)
+from kedi.syntax.diagnostics import DEFAULT_HINT, IDENTIFIER, NAME_HINT, SyntaxProblem
 from kedi.syntax.directives import DIRECTIVE_NAMES, SPECS
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ESCAPE = re.compile(r"\\(.)|~~", re.DOTALL)
-_ESCAPES = {**{char: char for char in "<>[](),=@#~`\\"}, "t": "\t", "n": "\n", "s": " "}
-_STRING_ESCAPE = re.compile(r"\\(.)")
-_STRING_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t"}
-_BLOCK_COMMENT = re.compile(r"^[ \t]*###[ \t]*\n(.*?)^[ \t]*###[ \t]*$", re.MULTILINE | re.DOTALL)
 _HEAD_NAME = re.compile(r"[>@~][ \t]*([^\s(:]*)")
 _LITERAL_BASES = frozenset({"Literal", "Annotated"})
 _LITERAL_NAMES: dict[str, bool | None] = {"True": True, "False": False, "None": None}
@@ -49,34 +45,32 @@ _SUITE_ONLY = {
 }
 # Tokens that only delimit or lay out a construct; `_parts` drops them.
 _STRUCTURE = frozenset(
-    {"_NL", "_BNL", "INDENT", "_DEDENT", "TPL", "_EQ", "_RAW", "_LT", "_GT", "_LSQB", "_RSQB", "_LPAR", "_RPAR",
-     "_COMMA", "_COLON", "_PIPE", "_ARROW", "ASSIGN_OPEN"}
+    {
+        "_NL",
+        "_BNL",
+        "INDENT",
+        "_DEDENT",
+        "TPL",
+        "_EQ",
+        "_RAW",
+        "_LT",
+        "_GT",
+        "_LSQB",
+        "_RSQB",
+        "_LPAR",
+        "_RPAR",
+        "_COMMA",
+        "_COLON",
+        "_PIPE",
+        "_ARROW",
+        "ASSIGN_OPEN",
+    }
 )
-_LITERAL_PIECES = frozenset({"TEXT", "ARG_TEXT", "FENCE_LIT", "LINE_CONT"})
 
 
 def is_identifier(name: str) -> bool:
     """Tell whether `name` is a Kedi identifier (`[A-Za-z_][A-Za-z0-9_]*`)."""
-    return _IDENTIFIER.match(name) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    source: SourceFile
-    fed: str
-
-
-_CURRENT: ContextVar[_File] = ContextVar("kedi_syntax_file")
-
-
-@contextmanager
-def building(source: SourceFile, fed: str) -> Iterator[None]:
-    """Make `source` (fed to the parser as `fed`) the file the builder callbacks see."""
-    reset = _CURRENT.set(_File(source, fed))
-    try:
-        yield
-    finally:
-        _CURRENT.reset(reset)
+    return IDENTIFIER.match(name) is not None
 
 
 @dataclass(slots=True)
@@ -90,7 +84,7 @@ class _Block:
     @classmethod
     def of(cls, children: list[Any]) -> _Block:
         """Build from `INDENT items... _DEDENT` children."""
-        return cls(children[0], _parts(children), _span(children[1:]))
+        return cls(children[0], _parts(children), span_of(children[1:]))
 
 
 class Builder:
@@ -102,7 +96,7 @@ class Builder:
         body = _statements(_parts(children))
         if body and isinstance(body[0], ast.PythonBlock):
             body[0] = replace(body[0], prelude=True)
-        source = _CURRENT.get().source
+        source = current_source()
         return ast.Module(body=tuple(body), path=source.path, span=source.span(0, len(source.text)))
 
     # ------------------------------------------------------------------ statements
@@ -111,7 +105,7 @@ class Builder:
         rows = tuple(part for part in _parts(children) if isinstance(part, ast.Row))
         if not rows:
             raise _problem(children, "Empty template: `>>` needs prompt text")
-        return ast.Template(rows=rows, span=_span(children))
+        return ast.Template(rows=rows, span=span_of(children))
 
     def raw_invoke(self, children: list[Any]) -> ast.RawInvoke:
         (name, type_), *rows = _parts(children)
@@ -124,38 +118,46 @@ class Builder:
         if not rows:
             raise _problem(children, "Empty raw invoke: `<<` needs prompt text")
         for row in rows:
-            _reject_captures(row.segments, "Output fields are not allowed in a raw `<<` prompt",
-                             "a raw invoke binds the whole reply; use `>>` for output fields")
-        return ast.RawInvoke(target=name, type=type_, rows=tuple(rows), span=_span(children))
+            _reject_captures(
+                row.segments,
+                "Output fields are not allowed in a raw `<<` prompt",
+                "a raw invoke binds the whole reply; use `>>` for output fields",
+            )
+        return ast.RawInvoke(target=name, type=type_, rows=tuple(rows), span=span_of(children))
 
     def assign(self, children: list[Any]) -> ast.Assign:
         (name, type_), *value = _parts(children)
-        return ast.Assign(target=name, type=type_, value=_value(value, children), span=_span(children))
+        return ast.Assign(
+            target=name, type=type_, value=_value(value, children), span=span_of(children)
+        )
 
     def target(self, children: list[Any]) -> tuple[str, ast.TypeExpr | None]:
         name, *type_ = _parts(children)
         return _name(name, "identifier"), _top_type(type_[0]) if type_ else None
 
     def return_(self, children: list[Any]) -> ast.Return:
-        return ast.Return(value=_value(_parts(children), children), span=_span(children))
+        return ast.Return(value=_value(_parts(children), children), span=span_of(children))
 
     def python_statement(self, children: list[Any]) -> ast.PythonStatement:
-        return ast.PythonStatement(code=_inline_code(children[0]), span=_span(children))
+        return ast.PythonStatement(code=inline_code(children[0]), span=span_of(children))
 
     def python_block(self, children: list[Any]) -> ast.PythonBlock:
-        return ast.PythonBlock(code=_fence_code(children[0]), span=_span(children))
+        return ast.PythonBlock(code=fence_code(children[0]), span=span_of(children))
 
     def rendered(self, children: list[Any]) -> ast.Rendered:
-        segments = _segments(children)
-        _reject_captures(segments, "Output fields (`[name]`) are only allowed in `>>` templates",
-                         "write `\\[` for a literal bracket")
-        return ast.Rendered(segments=segments, span=_span(children))
+        parts = segments(children)
+        _reject_captures(
+            parts,
+            "Output fields (`[name]`) are only allowed in `>>` templates",
+            "write `\\[` for a literal bracket",
+        )
+        return ast.Rendered(segments=parts, span=span_of(children))
 
     def fence(self, children: list[Any]) -> ast.Fence:
-        return ast.Fence(code=_fence_code(children[0]), span=_span(children))
+        return ast.Fence(code=fence_code(children[0]), span=span_of(children))
 
     def row(self, children: list[Any]) -> ast.Row:
-        return ast.Row(segments=_segments(children), span=_span(children))
+        return ast.Row(segments=segments(children), span=span_of(children))
 
     def procedure(self, children: list[Any]) -> ast.Procedure:
         head, *parts = _parts(children)
@@ -165,15 +167,18 @@ class Builder:
         rest = [part for part in parts if not isinstance(part, ast.Param)]
         block = rest.pop() if rest and isinstance(rest[-1], _Block) else None
         if block is None:
-            raise _problem(children, f"Procedure `{name}` needs an indented body",
-                           "indent the body under the `@name(...):` line")
+            raise _problem(
+                children,
+                f"Procedure `{name}` needs an indented body",
+                "indent the body under the `@name(...):` line",
+            )
         return ast.Procedure(
             name=name,
             params=params,
             returns=_top_type(rest[0]) if rest else None,
-            docstring=_docstring(block.indent),
+            docstring=docstring(block.indent),
             body=tuple(_statements(block.items)),
-            span=_span(children),
+            span=span_of(children),
         )
 
     def custom_type(self, children: list[Any]) -> ast.CustomType:
@@ -182,10 +187,15 @@ class Builder:
         _check_params(tuple(params), "field")
         for param in params:
             if param.default is not None and param.type is None:
-                raise SyntaxProblem(param.span, f"Field `{param.name}` has a default but no type",
-                                    f"annotate it: `{param.name}: Type = `default``")
-        fields = tuple(ast.FieldDef(name=p.name, type=p.type, default=p.default, span=p.span) for p in params)
-        return ast.CustomType(name=name, fields=fields, span=_span(children))
+                raise SyntaxProblem(
+                    param.span,
+                    f"Field `{param.name}` has a default but no type",
+                    f"annotate it: `{param.name}: Type = `default``",
+                )
+        fields = tuple(
+            ast.FieldDef(name=p.name, type=p.type, default=p.default, span=p.span) for p in params
+        )
+        return ast.CustomType(name=name, fields=fields, span=span_of(children))
 
     def block(self, children: list[Any]) -> _Block:
         return _Block.of(children)
@@ -199,10 +209,10 @@ class Builder:
             if isinstance(part, Token) and part.type == "FENCE":
                 raise _problem([part], "A default cannot be a fenced block", DEFAULT_HINT)
             if isinstance(part, Token):
-                default = _inline_code(part)
+                default = inline_code(part)
             else:
                 type_ = _top_type(part)
-        return ast.Param(name=name, type=type_, default=default, span=_span(children))
+        return ast.Param(name=name, type=type_, default=default, span=span_of(children))
 
     # ------------------------------------------------------------------ directives
 
@@ -214,17 +224,23 @@ class Builder:
         entries = _config(body, f"`> {name}:`") if body is not None else ()
         spec = SPECS.get(name)
         if value is not None and body is not None:
-            raise _problem(children, f"`> {name}:` has both a one-line value and an indented body",
-                           "keep one of them")
+            raise _problem(
+                children,
+                f"`> {name}:` has both a one-line value and an indented body",
+                "keep one of them",
+            )
         if value is None and body is None:
             raise _problem([head], f"`> {name}:` needs a value")
         if spec is not None and body is not None and not spec.accepts_config:
-            raise _problem(children, f"`> {name}:` takes a one-line value, not an indented body",
-                           f"write `> {name}: value`")
+            raise _problem(
+                children,
+                f"`> {name}:` takes a one-line value, not an indented body",
+                f"write `> {name}: value`",
+            )
         if spec is not None and value is not None and not spec.accepts_line:
             raise _problem(children, f"`> {name}:` needs an indented body of `key: value` settings")
         _reject_captures(value or (), f"Output fields are not allowed in `> {name}:`")
-        return ast.Directive(name=name, value=value, config=entries, span=_span(children))
+        return ast.Directive(name=name, value=value, config=entries, span=span_of(children))
 
     def dir_body(self, children: list[Any]) -> _Block:
         return _Block.of(children)
@@ -241,12 +257,14 @@ class Builder:
             else:
                 items = tuple(part.items)
         if value and items:
-            raise _problem(children, f"`{key}:` has both a value and an indented list", "keep one of them")
-        return ast.ConfigEntry(key=key, value=value, items=items, span=_span(children))
+            raise _problem(
+                children, f"`{key}:` has both a value and an indented list", "keep one of them"
+            )
+        return ast.ConfigEntry(key=key, value=value, items=items, span=span_of(children))
 
     def raw_lines(self, children: list[Any]) -> _Block:
         block = _Block.of(children)
-        block.items = [_raw_line(line) for line in block.items]
+        block.items = [raw_line(line) for line in block.items]
         return block
 
     def system(self, children: list[Any]) -> ast.SystemDirective:
@@ -254,18 +272,28 @@ class Builder:
         rows = [part for part in parts if isinstance(part, ast.Row)]
         block = [part for part in parts if isinstance(part, _Block)]
         if rows and block:
-            raise _problem(children, "`> system:` has both a one-line value and indented rows", "keep one of them")
+            raise _problem(
+                children,
+                "`> system:` has both a one-line value and indented rows",
+                "keep one of them",
+            )
         rows += block[0].items if block else []
         if not rows:
             raise _problem([head], "`> system:` needs instruction text")
         for row in rows:
-            _reject_captures(row.segments, "Output fields are not allowed in `> system:` text",
-                             "system text is a read-only template: use `<name>` or <`expr`>")
+            _reject_captures(
+                row.segments,
+                "Output fields are not allowed in `> system:` text",
+                "system text is a read-only template: use `<name>` or <`expr`>",
+            )
             for segment in row.segments:
                 if isinstance(segment, ast.Call):
-                    raise SyntaxProblem(segment.span, "Procedure calls are not allowed in `> system:` text",
-                                        "compute the text first: [text] = <proc()>, then use <text>")
-        return ast.SystemDirective(rows=tuple(rows), span=_span(children))
+                    raise SyntaxProblem(
+                        segment.span,
+                        "Procedure calls are not allowed in `> system:` text",
+                        "compute the text first: [text] = <proc()>, then use <text>",
+                    )
+        return ast.SystemDirective(rows=tuple(rows), span=span_of(children))
 
     def system_rows(self, children: list[Any]) -> _Block:
         return _Block.of(children)
@@ -277,7 +305,11 @@ class Builder:
             raise _problem(children, "`> use:` takes either one name or an indented list, not both")
         if not parts:
             raise _problem([head], "`> use:` needs a name or an indented list of names")
-        return ast.Use(names=tuple(block[0].items if block else parts), block=bool(block), span=_span(children))
+        return ast.Use(
+            names=tuple(block[0].items if block else parts),
+            block=bool(block),
+            span=span_of(children),
+        )
 
     def name_list(self, children: list[Any]) -> _Block:
         return _Block.of(children)
@@ -285,12 +317,15 @@ class Builder:
     def use_name(self, children: list[Any]) -> ast.UseName:
         token = children[0]
         if token.type == "NAME":
-            return ast.UseName(name=str(token), span=_span(children))
+            return ast.UseName(name=str(token), span=span_of(children))
         name = str(token)[1:-1].strip()
         if not is_identifier(name):
-            raise _problem(children, f"`{name}` is not a name",
-                           "the backtick form names a tool or profile; it is not an expression")
-        return ast.UseName(name=name, python=True, span=_span(children))
+            raise _problem(
+                children,
+                f"`{name}` is not a name",
+                "the backtick form names a tool or profile; it is not an expression",
+            )
+        return ast.UseName(name=name, python=True, span=span_of(children))
 
     def profile(self, children: list[Any]) -> ast.ProfileDef:
         _, name, *body = _parts(children)
@@ -301,11 +336,18 @@ class Builder:
             if isinstance(item, ast.ConfigEntry):
                 raise _mixed_body(item, body[0].items, "`> profile:`")
             if not isinstance(item, _PROFILE_MEMBERS):
-                raise SyntaxProblem(item.span, "A profile body holds only agent directives",
-                                    "define profiles, imports and procedures at top level")
+                raise SyntaxProblem(
+                    item.span,
+                    "A profile body holds only agent directives",
+                    "define profiles, imports and procedures at top level",
+                )
             members.append(item)
-        return ast.ProfileDef(name=str(name), docstring=_docstring(body[0].indent), members=tuple(members),
-                              span=_span(children))
+        return ast.ProfileDef(
+            name=str(name),
+            docstring=docstring(body[0].indent),
+            members=tuple(members),
+            span=span_of(children),
+        )
 
     def import_(self, children: list[Any]) -> ast.Import:
         _, path, *names = _parts(children)
@@ -313,12 +355,20 @@ class Builder:
         module = str(path).rstrip(":").rstrip()
         _check_module_path(path, module)
         if selective and not names:
-            raise _problem(children, f"`> import: {module}:` needs an indented list of names",
-                           f"or write `> import: {module}` to import every export")
+            raise _problem(
+                children,
+                f"`> import: {module}:` needs an indented list of names",
+                f"or write `> import: {module}` to import every export",
+            )
         if names and not selective:
-            raise _problem(children, "Add `:` after the module path to import selected names",
-                           f"write `> import: {module}:`")
-        return ast.Import(module=module, names=tuple(names[0].items) if names else None, span=_span(children))
+            raise _problem(
+                children,
+                "Add `:` after the module path to import selected names",
+                f"write `> import: {module}:`",
+            )
+        return ast.Import(
+            module=module, names=tuple(names[0].items) if names else None, span=span_of(children)
+        )
 
     def export(self, children: list[Any]) -> ast.Export:
         head, *parts = _parts(children)
@@ -331,25 +381,27 @@ class Builder:
             raise _problem(children, "`> export: *` cannot also list names")
         if not star and not names:
             raise _problem([head], "`> export:` needs `*` or an indented list of names")
-        return ast.Export(names=tuple(names), star=star, span=_span(children))
+        return ast.Export(names=tuple(names), star=star, span=span_of(children))
 
     def package(self, children: list[Any]) -> ast.Package:
         _, name, *body = _parts(children)
         if not body:
             raise _problem(children, f"Package `{name}` needs an indented body of manifest fields")
-        return ast.Package(name=str(name), config=_config(body[0], "`> package:`"), span=_span(children))
+        return ast.Package(
+            name=str(name), config=_config(body[0], "`> package:`"), span=span_of(children)
+        )
 
     def optimize(self, children: list[Any]) -> ast.Optimize:
         _, name, *template = _parts(children)
         if not template:
             raise _problem(children, f"`> optimize: {name}:` needs an indented template")
-        return ast.Optimize(name=str(name), template=template[0], span=_span(children))
+        return ast.Optimize(name=str(name), template=template[0], span=span_of(children))
 
     def optimize_rows(self, children: list[Any]) -> ast.Template:
         rows = tuple(_parts(children))
         if not rows:
             raise _problem(children, "Empty template: `>>` needs prompt text")
-        return ast.Template(rows=rows, span=_span(children[1:]))
+        return ast.Template(rows=rows, span=span_of(children[1:]))
 
     def auto(self, children: list[Any]) -> ast.Auto:
         lines: list[str] = []
@@ -357,10 +409,10 @@ class Builder:
             if isinstance(part, _Block):
                 lines += part.items
             else:
-                lines.append(_raw_line(part))
+                lines.append(raw_line(part))
         if not lines:
             raise _problem(children, "`> auto:` needs a specification")
-        return ast.Auto(spec="\n".join(lines), span=_span(children))
+        return ast.Auto(spec="\n".join(lines), span=span_of(children))
 
     # ------------------------------------------------------------------ suites
 
@@ -371,7 +423,7 @@ class Builder:
             if not isinstance(item, ast.TestCase):
                 raise SyntaxProblem(item.span, "A `@test:` block holds only `> case:` entries")
             cases.append(item)
-        return ast.TestSuite(procedure=str(name), cases=tuple(cases), span=_span(children))
+        return ast.TestSuite(procedure=str(name), cases=tuple(cases), span=span_of(children))
 
     def eval_suite(self, children: list[Any]) -> ast.EvalSuite:
         _, name, *body = _parts(children)
@@ -383,12 +435,20 @@ class Builder:
             elif isinstance(item, ast.EvalMetric) and metric is None:
                 metric = item
             elif isinstance(item, ast.EvalMetric):
-                raise SyntaxProblem(item.span, "An `@eval:` block has exactly one `> metric:`",
-                                    "score everything in one metric, or write a second `@eval:` block")
+                raise SyntaxProblem(
+                    item.span,
+                    "An `@eval:` block has exactly one `> metric:`",
+                    "score everything in one metric, or write a second `@eval:` block",
+                )
             else:
-                raise SyntaxProblem(item.span, "Unknown directive in @eval body",
-                                    "an `@eval:` block holds `> data:`, `> test_data:` and one `> metric:`")
-        return ast.EvalSuite(procedure=str(name), datasets=tuple(datasets), metric=metric, span=_span(children))
+                raise SyntaxProblem(
+                    item.span,
+                    "Unknown directive in @eval body",
+                    "an `@eval:` block holds `> data:`, `> test_data:` and one `> metric:`",
+                )
+        return ast.EvalSuite(
+            procedure=str(name), datasets=tuple(datasets), metric=metric, span=span_of(children)
+        )
 
     def suite_body(self, children: list[Any]) -> _Block:
         return _Block.of(children)
@@ -397,18 +457,18 @@ class Builder:
         _, name, *body = _parts(children)
         if not body:
             raise _problem(children, f"Case `{name}` needs an indented backtick line or fence")
-        return ast.TestCase(name=str(name), body=body[0], span=_span(children))
+        return ast.TestCase(name=str(name), body=body[0], span=span_of(children))
 
     def case_body(self, children: list[Any]) -> ast.PythonCode:
         (token,) = _parts(children)
-        return _fence_code(token) if token.type == "FENCE" else _inline_code(token)
+        return fence_code(token) if token.type == "FENCE" else inline_code(token)
 
     def data(self, children: list[Any]) -> ast.EvalData:
         head, name, *value = _parts(children)
         if not value:
             raise _problem(children, f"Dataset `{name}` needs an indented `= ...` body")
         kind = "test_data" if "test_data" in head else "data"
-        return ast.EvalData(kind=kind, name=str(name), value=value[0], span=_span(children))
+        return ast.EvalData(kind=kind, name=str(name), value=value[0], span=span_of(children))
 
     def metric(self, children: list[Any]) -> ast.EvalMetric:
         _, name, *rest = _parts(children)
@@ -416,7 +476,7 @@ class Builder:
         if value is None:
             raise _problem(children, f"Metric `{name}` needs an indented `= ...` body")
         dataset = str(rest[0]) if rest else None
-        return ast.EvalMetric(name=str(name), dataset=dataset, value=value, span=_span(children))
+        return ast.EvalMetric(name=str(name), dataset=dataset, value=value, span=span_of(children))
 
     def return_body(self, children: list[Any]) -> ast.Value:
         (ret,) = _parts(children)
@@ -425,10 +485,10 @@ class Builder:
     # ------------------------------------------------------------------ segments
 
     def bare_backtick(self, children: list[Any]) -> ast.BareBacktick:
-        return ast.BareBacktick(code=_inline_code(children[0]), span=_span(children))
+        return ast.BareBacktick(code=inline_code(children[0]), span=span_of(children))
 
     def subst(self, children: list[Any]) -> ast.Subst:
-        return ast.Subst(name=str(children[1]), span=_span(children))
+        return ast.Subst(name=str(children[1]), span=span_of(children))
 
     def call(self, children: list[Any]) -> ast.Call:
         name, *args = _parts(children)
@@ -436,30 +496,37 @@ class Builder:
             args = []
         for arg in args:
             if not arg.segments:
-                raise _problem(children, f"Empty argument in the call to `{name}`", "write `\\,` for a literal comma")
+                raise _problem(
+                    children,
+                    f"Empty argument in the call to `{name}`",
+                    "write `\\,` for a literal comma",
+                )
             _reject_captures(arg.segments, "Output fields are not allowed in call arguments")
-        return ast.Call(name=str(name), args=tuple(args), span=_span(children))
+        return ast.Call(name=str(name), args=tuple(args), span=span_of(children))
 
     def arg(self, children: list[Any]) -> ast.Argument:
-        span = _span(children) if children else _NO_SPAN
-        return ast.Argument(segments=_segments(children), span=span)
+        span = span_of(children) if children else _NO_SPAN
+        return ast.Argument(segments=segments(children), span=span)
 
     def inline_python(self, children: list[Any]) -> ast.InlinePython:
-        return ast.InlinePython(code=_inline_code(children[1]), span=_span(children))
+        return ast.InlinePython(code=inline_code(children[1]), span=span_of(children))
 
     def capture(self, children: list[Any]) -> ast.Capture:
         name, *type_ = _parts(children)
-        return ast.Capture(name=_name(name, "identifier"), type=_top_type(type_[0]) if type_ else None,
-                           span=_span(children))
+        return ast.Capture(
+            name=_name(name, "identifier"),
+            type=_top_type(type_[0]) if type_ else None,
+            span=span_of(children),
+        )
 
     # ------------------------------------------------------------------ types
 
     def type_name(self, children: list[Any]) -> ast.TypeName:
-        return ast.TypeName(name=str(children[0]), span=_span(children))
+        return ast.TypeName(name=str(children[0]), span=span_of(children))
 
     def type_subscript(self, children: list[Any]) -> ast.TypeSubscript:
         head, *args = _parts(children)
-        base = ast.TypeName(name=str(head), span=_span([head]))
+        base = ast.TypeName(name=str(head), span=span_of([head]))
         if base.name.rsplit(".", 1)[-1] in _LITERAL_BASES:
             args = [
                 ast.TypeLiteral(value=_LITERAL_NAMES[arg.name], span=arg.span)
@@ -467,10 +534,10 @@ class Builder:
                 else arg
                 for arg in args
             ]
-        return ast.TypeSubscript(base=base, args=tuple(args), span=_span(children))
+        return ast.TypeSubscript(base=base, args=tuple(args), span=span_of(children))
 
     def type_python(self, children: list[Any]) -> ast.TypePython:
-        return ast.TypePython(code=_inline_code(children[0]), span=_span(children))
+        return ast.TypePython(code=inline_code(children[0]), span=span_of(children))
 
     def type_literal(self, children: list[Any]) -> ast.TypeLiteral:
         token = children[0]
@@ -478,45 +545,29 @@ class Builder:
         if token.type == "NUMBER":
             value = float(token) if any(char in token for char in ".eE") else int(token)
         else:
-            value = _string_literal(token)
-        return ast.TypeLiteral(value=value, span=_span(children))
+            value = string_literal(token)
+        return ast.TypeLiteral(value=value, span=span_of(children))
 
     def type_union(self, children: list[Any]) -> ast.TypeUnion:
-        return ast.TypeUnion(options=tuple(_top_type(part) for part in _parts(children)), span=_span(children))
+        return ast.TypeUnion(
+            options=tuple(_top_type(part) for part in _parts(children)), span=span_of(children)
+        )
 
 
 _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)
 
-# ---------------------------------------------------------------------- positions
+# ---------------------------------------------------------------------- children
 
 
 def _parts(children: list[Any]) -> list[Any]:
     """The children that carry meaning: nodes and non-punctuation tokens."""
-    return [child for child in children if not isinstance(child, Token) or child.type not in _STRUCTURE]
-
-
-def _span(children: list[Any]) -> Span:
-    """The span from the first child's start to the last child's end."""
-    source = _CURRENT.get().source
-    first, last = children[0], children[-1]
-    # Lark hands tokens; the builder's own results (nodes and blocks) carry spans.
-    if isinstance(first, Token):
-        line, column = source.location(first.start_pos - FEED_SHIFT)  # type: ignore[operator]
-    else:
-        line, column = first.span.line, first.span.column
-    if isinstance(last, Token):
-        end_line, end_column = source.location(last.end_pos - FEED_SHIFT)  # type: ignore[operator]
-    else:
-        end_line, end_column = last.span.end_line, last.span.end_column
-    return Span(source.path, line, column, end_line, end_column)
-
-
-def _offset_span(start: int, end: int) -> Span:
-    return _CURRENT.get().source.span(start - FEED_SHIFT, end - FEED_SHIFT)
+    return [
+        child for child in children if not isinstance(child, Token) or child.type not in _STRUCTURE
+    ]
 
 
 def _problem(children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
-    return SyntaxProblem(_span(children), message, hint)
+    return SyntaxProblem(span_of(children), message, hint)
 
 
 # ---------------------------------------------------------------------- names and checks
@@ -537,7 +588,9 @@ def _head_name(token: Token, what: str) -> str:
         raise _problem([token], f"Missing {what} name")
     if not is_identifier(name):
         start = token.start_pos + match.start(1)
-        raise SyntaxProblem(_offset_span(start, start + len(name)), f"Invalid {what} name `{name}`", NAME_HINT)
+        raise SyntaxProblem(
+            offset_span(start, start + len(name)), f"Invalid {what} name `{name}`", NAME_HINT
+        )
     return name
 
 
@@ -545,7 +598,11 @@ def _directive_name(token: Token) -> str:
     name = str(token)[1:-1].strip()
     if name not in DIRECTIVE_NAMES:
         close = difflib.get_close_matches(name, sorted(DIRECTIVE_NAMES), n=1)
-        raise _problem([token], f"Unknown directive `> {name}:`", f"did you mean `{close[0]}`?" if close else None)
+        raise _problem(
+            [token],
+            f"Unknown directive `> {name}:`",
+            f"did you mean `{close[0]}`?" if close else None,
+        )
     return name
 
 
@@ -559,8 +616,11 @@ def _check_params(params: tuple[ast.Param, ...], what: str) -> None:
         if param.default is not None:
             defaulted = param
         elif defaulted is not None:
-            raise SyntaxProblem(param.span, f"Required {what} `{param.name}` follows defaulted {what} "
-                                f"`{defaulted.name}`", f"move `{param.name}` before `{defaulted.name}`")
+            raise SyntaxProblem(
+                param.span,
+                f"Required {what} `{param.name}` follows defaulted {what} `{defaulted.name}`",
+                f"move `{param.name}` before `{defaulted.name}`",
+            )
 
 
 def _module_path_problem(module: str) -> str | None:
@@ -588,11 +648,15 @@ def _check_module_path(token: Token, module: str) -> None:
 
 def _top_type(type_: ast.TypeExpr) -> ast.TypeExpr:
     if isinstance(type_, ast.TypeLiteral):
-        raise SyntaxProblem(type_.span, "A literal is only valid inside `Literal[...]` or `Annotated[...]`")
+        raise SyntaxProblem(
+            type_.span, "A literal is only valid inside `Literal[...]` or `Annotated[...]`"
+        )
     return type_
 
 
-def _reject_captures(segments: tuple[ast.Segment, ...], message: str, hint: str | None = None) -> None:
+def _reject_captures(
+    segments: tuple[ast.Segment, ...], message: str, hint: str | None = None
+) -> None:
     for segment in segments:
         if isinstance(segment, ast.Capture):
             raise SyntaxProblem(segment.span, message, hint)
@@ -621,8 +685,11 @@ def _config(body: _Block, owner: str) -> tuple[ast.ConfigEntry, ...]:
 
 def _mixed_body(item: Any, items: list[Any], owner: str) -> SyntaxProblem:
     if len({isinstance(other, ast.ConfigEntry) for other in items}) == 2:
-        return SyntaxProblem(item.span, "A directive body cannot mix `key: value` settings and `>` directives",
-                             "a body holds either settings (`key: value`) or directives (`> name:`)")
+        return SyntaxProblem(
+            item.span,
+            "A directive body cannot mix `key: value` settings and `>` directives",
+            "a body holds either settings (`key: value`) or directives (`> name:`)",
+        )
     if isinstance(item, ast.ConfigEntry):
         return SyntaxProblem(item.span, f"{owner} holds `>` directives, not `key: value` settings")
     return SyntaxProblem(item.span, f"{owner} holds `key: value` settings, not `>` directives")
@@ -633,165 +700,4 @@ def _value(parts: list[Any], children: list[Any]) -> ast.Value:
         return parts[0]  # type: ignore[no-any-return]
     # `=` with nothing after it: an empty rendered value, placed right after the `=`.
     equals = next(child for child in children if isinstance(child, Token) and child.type == "_EQ")
-    return ast.Rendered(segments=(), span=_offset_span(equals.end_pos, equals.end_pos))  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------- code and text
-
-
-def _inline_code(token: Token) -> ast.PythonCode:
-    raw = str(token)[1:-1]
-    code = raw.strip()
-    if not code:
-        raise _problem([token], "Inline Python expression cannot be empty")
-    start = token.start_pos + 1 + len(raw) - len(raw.lstrip())  # type: ignore[operator]
-    first_line = _CURRENT.get().source.location(start - FEED_SHIFT)[0]
-    return ast.PythonCode(code=code, first_line=first_line, span=_span([token]))
-
-
-def _fence_code(token: Token) -> ast.PythonCode:
-    current = _CURRENT.get()
-    start = token.start_pos
-    assert start is not None
-    line_start = current.fed.rfind("\n", 0, start) + 1
-    line = current.fed[line_start:start]
-    width = indent_width(line[: len(line) - len(line.lstrip(" \t"))])
-    lines = [_dedent_line(body, width) for body in str(token).split("\n")[1:-1]]
-    first_line = current.source.location(start - FEED_SHIFT)[0] + 1
-    return ast.PythonCode(code="\n".join(lines), first_line=first_line, span=_span([token]))
-
-
-def _dedent_line(line: str, width: int) -> str:
-    """Remove up to `width` columns of leading whitespace (a tab counts as 4)."""
-    index = 0
-    removed = 0
-    while index < len(line) and line[index] in " \t" and removed < width:
-        removed += 4 if line[index] == "\t" else 1
-        index += 1
-    return line[index:]
-
-
-def _string_literal(token: Token) -> str:
-    inner = str(token)[1:-1]
-    if "\\" not in inner:
-        return inner
-    parts = []
-    for index, piece in enumerate(_STRING_ESCAPE.split(inner)):
-        if index % 2 == 0:
-            parts.append(piece)
-        elif piece in _STRING_ESCAPES:
-            parts.append(_STRING_ESCAPES[piece])
-        else:
-            raise _problem([token], f"Unsupported escape `\\{piece}` in a string literal")
-    return "".join(parts)
-
-
-def _raw_line(token: Token) -> str:
-    return str(token).rstrip().replace("\\#", "#")
-
-
-def _docstring(indent: Token) -> ast.Docstring | None:
-    """The first `###` block in the newline run before a block's first line, if any."""
-    run = str(indent)
-    # The run starts with the header line's own trailing comment, which is never a docstring.
-    match = _BLOCK_COMMENT.search(run, run.find("\n") + 1)
-    if match is None:
-        return None
-    base = indent.start_pos - len(run)  # type: ignore[operator]
-    opening = match.group(0)
-    start = base + match.start() + len(opening) - len(opening.lstrip(" \t"))
-    text = textwrap.dedent(match.group(1)).strip("\n")
-    return ast.Docstring(text="\n".join(line.rstrip() for line in text.split("\n")),
-                         span=_offset_span(start, base + match.end()))
-
-
-class _Literal:
-    """Consecutive literal pieces as `(text, protected)` chunks; escapes are protected from trimming."""
-
-    __slots__ = ("chunks", "tokens", "lead", "trail")
-
-    def __init__(self) -> None:
-        self.chunks: list[tuple[str, bool]] = []
-        self.tokens: list[Token] = []
-        self.lead = 0
-        self.trail = 0
-
-    def add(self, token: Token) -> None:
-        self.tokens.append(token)
-        kind = token.type
-        if kind == "LINE_CONT":
-            # The backslash, the line break and the spaces around them join as one space.
-            self.strip_end()
-            self.trail = 0
-            self.chunks.append((" ", False))
-        elif kind == "FENCE_LIT":
-            self.chunks.append(("```", True))
-        elif "\\" not in token and "~~" not in token:
-            self.chunks.append((str(token), False))
-        else:
-            self._resolve_escapes(token)
-
-    def _resolve_escapes(self, token: Token) -> None:
-        text = str(token)
-        done = 0
-        for match in _ESCAPE.finditer(text):
-            if match.start() > done:
-                self.chunks.append((text[done : match.start()], False))
-            done = match.end()
-            char = match.group(1)
-            resolved = "~" if char is None else _ESCAPES.get(char)
-            if resolved is None:
-                start = token.start_pos + match.start()  # type: ignore[operator]
-                raise SyntaxProblem(_offset_span(start, start + 2), f"Unsupported escape `\\{char}`",
-                                    "write `\\\\` for a literal backslash")
-            self.chunks.append((resolved, True))
-        if done < len(text):
-            self.chunks.append((text[done:], False))
-
-    def strip_start(self) -> None:
-        while self.chunks and not self.chunks[0][1]:
-            text = self.chunks[0][0]
-            stripped = text.lstrip(" \t")
-            self.lead += len(text) - len(stripped)
-            if stripped:
-                self.chunks[0] = (stripped, False)
-                return
-            self.chunks.pop(0)
-
-    def strip_end(self) -> None:
-        while self.chunks and not self.chunks[-1][1]:
-            text = self.chunks[-1][0]
-            stripped = text.rstrip(" \t")
-            self.trail += len(text) - len(stripped)
-            if stripped:
-                self.chunks[-1] = (stripped, False)
-                return
-            self.chunks.pop()
-
-    def node(self) -> ast.Text:
-        start = self.tokens[0].start_pos + self.lead  # type: ignore[operator]
-        end = self.tokens[-1].end_pos - self.trail  # type: ignore[operator]
-        return ast.Text(value="".join(text for text, _ in self.chunks), span=_offset_span(start, max(start, end)))
-
-
-def _segments(pieces: list[Any]) -> tuple[ast.Segment, ...]:
-    """Merge literal pieces into `Text`, resolve escapes and trim the boundaries."""
-    groups: list[Any] = []
-    for piece in pieces:
-        if isinstance(piece, Token):
-            if piece.type not in _LITERAL_PIECES:
-                continue
-            if not groups or not isinstance(groups[-1], _Literal):
-                groups.append(_Literal())
-            groups[-1].add(piece)
-        else:
-            groups.append(piece)
-    if groups and isinstance(groups[0], _Literal):
-        groups[0].strip_start()
-    if groups and isinstance(groups[-1], _Literal):
-        groups[-1].strip_end()
-    return tuple(
-        group.node() if isinstance(group, _Literal) else group
-        for group in groups
-        if not isinstance(group, _Literal) or group.chunks
-    )
+    return ast.Rendered(segments=(), span=offset_span(equals.end_pos, equals.end_pos))  # type: ignore[arg-type]

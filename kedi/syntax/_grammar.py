@@ -23,7 +23,10 @@ GRAMMAR_NAME = "kedi.lark"
 def grammar_path() -> Path:
     """Return the grammar file: in the installed package first, then the source checkout."""
     package_dir = Path(__file__).resolve().parent.parent
-    candidates = (package_dir / "grammar" / GRAMMAR_NAME, package_dir.parent / "grammar" / GRAMMAR_NAME)
+    candidates = (
+        package_dir / "grammar" / GRAMMAR_NAME,
+        package_dir.parent / "grammar" / GRAMMAR_NAME,
+    )
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -37,7 +40,12 @@ def lark_options() -> dict[str, object]:
     Every token reaches the builder (`keep_all_tokens`), which computes spans
     from the punctuation and layout tokens itself.
     """
-    return {"parser": "lalr", "lexer": "contextual", "maybe_placeholders": False, "keep_all_tokens": True}
+    return {
+        "parser": "lalr",
+        "lexer": "contextual",
+        "maybe_placeholders": False,
+        "keep_all_tokens": True,
+    }
 
 
 @lru_cache(maxsize=1)

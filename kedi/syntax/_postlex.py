@@ -113,7 +113,16 @@ def _without_leading_space(token: Token) -> Token:
     """Start a fence token at its backticks (the lexer lets it absorb the spaces after `=`)."""
     value = token.lstrip(" \t")
     start = token.end_pos - len(value)  # type: ignore[operator]
-    return Token(token.type, value, start, token.line, token.column, token.end_line, token.end_column, token.end_pos)
+    return Token(
+        token.type,
+        value,
+        start,
+        token.line,
+        token.column,
+        token.end_line,
+        token.end_column,
+        token.end_pos,
+    )
 
 
 def _layout_token(kind: str, newline: Token | None, position: int) -> Token:

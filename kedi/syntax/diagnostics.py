@@ -34,7 +34,9 @@ class SyntaxProblem(Exception):
     a node that is already built.
     """
 
-    def __init__(self, where: tuple[int, int] | Span, message: str, hint: str | None = None) -> None:
+    def __init__(
+        self, where: tuple[int, int] | Span, message: str, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.where = where
         self.message = message
@@ -100,10 +102,33 @@ PHRASES = {
 """Every terminal of grammar/kedi.lark, in the words a Kedi user knows."""
 
 _STATEMENT_STARTS = frozenset(
-    {"TPL", "_EQ", "ASSIGN_OPEN", "STMT_CODE", "FENCE", "PROC_HEAD", "TYPE_HEAD", "TEST_HEAD", "EVAL_HEAD"}
+    {
+        "TPL",
+        "_EQ",
+        "ASSIGN_OPEN",
+        "STMT_CODE",
+        "FENCE",
+        "PROC_HEAD",
+        "TYPE_HEAD",
+        "TEST_HEAD",
+        "EVAL_HEAD",
+    }
 )
 _DIRECTIVE_HEADS = frozenset(
-    {"DIRECTIVE", "SYSTEM", "USE", "PROFILE", "IMPORT", "EXPORT", "PACKAGE", "OPTIMIZE", "AUTO", "CASE", "DATA", "METRIC"}
+    {
+        "DIRECTIVE",
+        "SYSTEM",
+        "USE",
+        "PROFILE",
+        "IMPORT",
+        "EXPORT",
+        "PACKAGE",
+        "OPTIMIZE",
+        "AUTO",
+        "CASE",
+        "DATA",
+        "METRIC",
+    }
 )
 _LAYOUT = frozenset({"_NL", "_BNL", "$END"})
 _ZERO_WIDTH = _LAYOUT | {"INDENT", "_DEDENT"}
@@ -113,15 +138,21 @@ _CONSTRUCTS = {
     "TYPE_HEAD": "the custom type `~{}`",
     "TEST_HEAD": "`@test:`",
     "EVAL_HEAD": "`@eval:`",
-    **{head: "`> {}:`" for head in ("DIRECTIVE", "SYSTEM", "USE", "PROFILE", "IMPORT", "EXPORT", "PACKAGE",
-                                    "OPTIMIZE", "AUTO", "CASE", "DATA", "METRIC")},
+    **{head: "`> {}:`" for head in _DIRECTIVE_HEADS},
 }
-_OPENERS = {"_LT": "_GT", "_LSQB": "_RSQB", "ASSIGN_OPEN": "_RSQB", "_LPAR": "_RPAR", "PROC_HEAD": "_RPAR",
-            "TYPE_HEAD": "_RPAR"}
+_OPENERS = {
+    "_LT": "_GT",
+    "_LSQB": "_RSQB",
+    "ASSIGN_OPEN": "_RSQB",
+    "_LPAR": "_RPAR",
+    "PROC_HEAD": "_RPAR",
+    "TYPE_HEAD": "_RPAR",
+}
 _CLOSERS = frozenset(_OPENERS.values())
 _CODE = re.compile(r"`[^`\n]*`?")
 _WORD = re.compile(r"[^\s<>\[\](),:=|`#\\]+")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""A Kedi identifier: procedure, output, field, parameter and type names."""
 NAME_HINT = "names start with a letter or `_` and hold only letters, digits and `_`"
 """The hint of every invalid-identifier diagnostic."""
 DEFAULT_HINT = "defaults are one-line backtick expressions: name: Type = `value`"
@@ -195,7 +226,7 @@ def describe_expected(names: Iterable[str]) -> str:
         names -= {"CODE", "FENCE_LIT", "_LT", "_LSQB", "LINE_CONT"}
     if "_BNL" in names:
         names.discard("_NL")
-    phrases += sorted({PHRASES.get(name, name.lower()) for name in names})
+    phrases += sorted({PHRASES[name] for name in names})
     if len(phrases) > 1:
         return ", ".join(phrases[:-1]) + " or " + phrases[-1]
     return phrases[0] if phrases else "nothing more"
@@ -230,7 +261,13 @@ class _Failure:
 
     def describe(self) -> tuple[int, int, str, str | None]:
         """Return ``(start, end, message, hint)`` for this failure."""
-        for rule in (self._lexical, self._layout, self._open_construct, self._statement_start, self._body_row):
+        for rule in (
+            self._lexical,
+            self._layout,
+            self._open_construct,
+            self._statement_start,
+            self._body_row,
+        ):
             found = rule()
             if found is not None:
                 return found
@@ -250,8 +287,13 @@ class _Failure:
             return "end of line"
         return f"`` {text} ``" if "`" in text else f"`{text}`"
 
-    def _at(self, message: str, hint: str | None = None, start: int | None = None,
-            end: int | None = None) -> tuple[int, int, str, str | None]:
+    def _at(
+        self,
+        message: str,
+        hint: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> tuple[int, int, str, str | None]:
         start = self.pos if start is None else start
         return start, max(start, self.pos + self.length) if end is None else end, message, hint
 
@@ -267,27 +309,53 @@ class _Failure:
         if stripped.startswith("```"):
             opener, _ = self._innermost_opener()
             if opener is not None and opener.type in ("PROC_HEAD", "TYPE_HEAD"):
-                return self._at("A default cannot be a fenced block", DEFAULT_HINT, start, start + 3)
+                return self._at(
+                    "A default cannot be a fenced block", DEFAULT_HINT, start, start + 3
+                )
             label = stripped[3:].strip()
             if label and not label.startswith("`"):
-                return self._at(f"A ``` fence must be alone on its line; remove `{label}`",
-                                "write the Python code on the lines after ```", start, start + 3)
-            return self._at("Unclosed fence: no line holds the closing ```",
-                            "end the block with ``` alone on its own line", start, start + 3)
+                return self._at(
+                    f"A ``` fence must be alone on its line; remove `{label}`",
+                    "write the Python code on the lines after ```",
+                    start,
+                    start + 3,
+                )
+            return self._at(
+                "Unclosed fence: no line holds the closing ```",
+                "end the block with ``` alone on its own line",
+                start,
+                start + 3,
+            )
         if stripped.startswith("`") and self.kind not in _INLINE_CODE:
-            return self._at("Unbalanced backtick: this `` ` `` is never closed",
-                            "close the Python expression with a backtick", start, start + 1)
+            return self._at(
+                "Unbalanced backtick: this `` ` `` is never closed",
+                "close the Python expression with a backtick",
+                start,
+                start + 1,
+            )
         if stripped.rstrip() == "###":
-            return self._at("Unclosed block comment: no `###` line closes it",
-                            "a block comment ends with a line holding only `###`", start, start + 3)
+            return self._at(
+                "Unclosed block comment: no `###` line closes it",
+                "a block comment ends with a line holding only `###`",
+                start,
+                start + 3,
+            )
         if stripped.startswith("\\"):
             after = stripped[1:2]
             if not stripped[1:].strip():
-                return self._at("A line-ending `\\` continues only a rendered `=` value",
-                                "template rows continue on the next row without `\\`; write `\\\\` "
-                                "for a literal backslash", start, start + 1)
-            return self._at(f"Unsupported escape `\\{after}`", "write `\\\\` for a literal backslash",
-                            start, start + 2)
+                return self._at(
+                    "A line-ending `\\` continues only a rendered `=` value",
+                    "template rows continue on the next row without `\\`; write `\\\\` "
+                    "for a literal backslash",
+                    start,
+                    start + 1,
+                )
+            return self._at(
+                f"Unsupported escape `\\{after}`",
+                "write `\\\\` for a literal backslash",
+                start,
+                start + 2,
+            )
         return None
 
     def _layout(self) -> tuple[int, int, str, str | None] | None:
@@ -300,8 +368,12 @@ class _Failure:
         if self.kind == "_DEDENT":
             newline = self.fed.find("\n", self.pos)
             row = len(self.fed[newline:]) - len(self.fed[newline:].lstrip())
-            return self._at("Unexpected dedent", "this block is not finished; indent the line like the block",
-                            newline + row, newline + row + 1)
+            return self._at(
+                "Unexpected dedent",
+                "this block is not finished; indent the line like the block",
+                newline + row,
+                newline + row + 1,
+            )
         return None
 
     def _open_construct(self) -> tuple[int, int, str, str | None] | None:
@@ -318,33 +390,58 @@ class _Failure:
             return bad_name
         kind = opener.type
         if kind == "_LT":
-            return self._at(f"Unbalanced `<`: expected `>` to close it, found {self.found}",
-                            "write `\\<` for a literal `<`", start, end)
+            return self._at(
+                f"Unbalanced `<`: expected `>` to close it, found {self.found}",
+                "write `\\<` for a literal `<`",
+                start,
+                end,
+            )
         before = self.stack[index - 1] if index > 0 else None
         if kind == "_LSQB" and isinstance(before, Token) and before.type == "DOTTED":
-            return self._at(f"Malformed type `{before}[...]`: expected {describe_expected(self.expected)}, "
-                            f"found {self.found}", "for example `list[str]` or `dict[str, int]`")
+            return self._at(
+                f"Malformed type `{before}[...]`: expected {describe_expected(self.expected)}, "
+                f"found {self.found}",
+                "for example `list[str]` or `dict[str, int]`",
+            )
         if kind in ("_LSQB", "ASSIGN_OPEN") and self._last_token_type() == "_COLON":
-            return self._at(f"Expected a type after `:`, found {self.found}", "for example `[name: str]`")
+            return self._at(
+                f"Expected a type after `:`, found {self.found}", "for example `[name: str]`"
+            )
         if kind in ("_LSQB", "ASSIGN_OPEN") and self.kind in _LAYOUT:
-            return self._at(f"Unbalanced `[`: expected `]` to close it, found {self.found}",
-                            "write `\\[` for a literal `[`", start, end)
+            return self._at(
+                f"Unbalanced `[`: expected `]` to close it, found {self.found}",
+                "write `\\[` for a literal `[`",
+                start,
+                end,
+            )
         if kind in ("_LSQB", "ASSIGN_OPEN"):
-            return self._at(f"Expected {describe_expected(self.expected)} in the output field `[`, "
-                            f"found {self.found}", "write `\\[` for a literal `[`")
+            return self._at(
+                f"Expected {describe_expected(self.expected)} in the output field `[`, "
+                f"found {self.found}",
+                "write `\\[` for a literal `[`",
+            )
         if kind in ("PROC_HEAD", "TYPE_HEAD"):
             what = "signature" if kind == "PROC_HEAD" else "custom type"
             name = str(opener).rstrip("( \t")
             expected = describe_expected(self.expected - {"_NL", "_BNL"})
-            return self._at(f"Malformed {what} `{name}(...)`: expected {expected}, found {self.found}",
-                            "parameters look like `name: Type = `default``")
+            return self._at(
+                f"Malformed {what} `{name}(...)`: expected {expected}, found {self.found}",
+                "parameters look like `name: Type = `default``",
+            )
         callee = self.stack[index - 1] if index > 0 else None
         name = f" to `{callee}`" if isinstance(callee, Token) and callee.type == "NAME" else ""
         if self.fed.startswith("(", self.pos):
-            return self._at(f"Unescaped `(` in an argument of the call{name}", "write `\\(` for a literal `(`",
-                            end=self.pos + 1)
-        return self._at(f"Unbalanced `(`: the call{name} needs a closing `)`, found {self.found}",
-                        "write `\\,` `\\(` `\\)` for a literal comma or parenthesis", start, end)
+            return self._at(
+                f"Unescaped `(` in an argument of the call{name}",
+                "write `\\(` for a literal `(`",
+                end=self.pos + 1,
+            )
+        return self._at(
+            f"Unbalanced `(`: the call{name} needs a closing `)`, found {self.found}",
+            "write `\\,` `\\(` `\\)` for a literal comma or parenthesis",
+            start,
+            end,
+        )
 
     def _last_token_type(self) -> str | None:
         last = self.stack[-1] if self.stack else None
@@ -366,7 +463,7 @@ class _Failure:
 
     def _bad_name(self) -> tuple[int, int, str, str | None] | None:
         word = _WORD.match(self.fed, self.pos)
-        if word is None or _IDENTIFIER.match(word.group(0)):
+        if word is None or IDENTIFIER.match(word.group(0)):
             return None
         return self._at(f"Invalid identifier `{word.group(0)}`", NAME_HINT, self.pos, word.end())
 
@@ -386,31 +483,51 @@ class _Failure:
 
     def _statement_start(self) -> tuple[int, int, str, str | None] | None:
         """Report a row that starts no statement (prose outside `>>`, malformed markers)."""
-        if "TPL" not in self.expected or self.kind in _STATEMENT_STARTS | _DIRECTIVE_HEADS | _LAYOUT:
+        if (
+            "TPL" not in self.expected
+            or self.kind in _STATEMENT_STARTS | _DIRECTIVE_HEADS | _LAYOUT
+        ):
             return None
         line = self._line()
         end = self.pos + len(line.rstrip())
         if line.startswith(">"):
-            return self._at("Malformed directive: expected `> name:`",
-                            "a directive is `> name: value`; a template row starts with `>>`", end=end)
+            return self._at(
+                "Malformed directive: expected `> name:`",
+                "a directive is `> name: value`; a template row starts with `>>`",
+                end=end,
+            )
         if line.startswith("@"):
-            return self._at("Malformed procedure header: expected `@name(...)`",
-                            "a procedure starts with `@name(params) -> Type:`", end=end)
+            return self._at(
+                "Malformed procedure header: expected `@name(...)`",
+                "a procedure starts with `@name(params) -> Type:`",
+                end=end,
+            )
         if line.startswith("~"):
-            return self._at("Malformed custom type: expected `~Name(...)`",
-                            "write `~~` or `\\~` for a literal `~`", end=end)
+            return self._at(
+                "Malformed custom type: expected `~Name(...)`",
+                "write `~~` or `\\~` for a literal `~`",
+                end=end,
+            )
         if line.startswith("[") and re.search(r"\][ \t]*(=|<<)", line):
-            return self._at("Unbalanced `[` in an assignment target: expected `]` before `=` or `<<`",
-                            "an assignment is `[name] = value` or `[name: Type] = value`", end=self.pos + 1)
+            return self._at(
+                "Unbalanced `[` in an assignment target: expected `]` before `=` or `<<`",
+                "an assignment is `[name] = value` or `[name: Type] = value`",
+                end=self.pos + 1,
+            )
         if line.startswith("<<"):
             return self._at("A raw invoke needs a target: `[name] << prompt`", end=end)
-        return self._at("Template text must start with `>>`",
-                        "start the row with `>> `; prompt text is only allowed in a `>>` template", end=end)
+        return self._at(
+            "Template text must start with `>>`",
+            "start the row with `>> `; prompt text is only allowed in a `>>` template",
+            end=end,
+        )
 
     def _body_row(self) -> tuple[int, int, str, str | None] | None:
         if "CONFIG_KEY" not in self.expected or self.kind in _LAYOUT:
             return None
         line = self._line()
-        return self._at("Expected a `key: value` setting or a `> name:` directive",
-                        "a configuration row is `key: value`, and a profile member is `> name: value`",
-                        end=self.pos + len(line.rstrip()))
+        return self._at(
+            "Expected a `key: value` setting or a `> name:` directive",
+            "a configuration row is `key: value`, and a profile member is `> name: value`",
+            end=self.pos + len(line.rstrip()),
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kedi.errors import KediUsageError
 from kedi.syntax._postlex import indent_width
+from kedi.syntax._text import dedent_line
 
 HEADER = "kedi"
 
@@ -22,7 +23,7 @@ def query_body_source(docstring: str | None) -> str:
     """
     if not isinstance(docstring, str) or not docstring.strip():
         raise KediUsageError("@kedi.query needs a docstring whose first line is `kedi`")
-    lines = docstring.expandtabs(4).replace("\r\n", "\n").split("\n")
+    lines = docstring.replace("\r\n", "\n").split("\n")
     while not lines[0].strip():
         lines.pop(0)
     if lines[0].strip() != HEADER:
@@ -33,16 +34,12 @@ def query_body_source(docstring: str | None) -> str:
     body = lines[1:]
     rows = [line for line in body if line.strip()]
     if not rows:
-        raise KediUsageError("the @kedi.query docstring has an empty Kedi body after its `kedi` line")
+        raise KediUsageError(
+            "the @kedi.query docstring has an empty Kedi body after its `kedi` line"
+        )
     measured = [row for row in rows if not row.lstrip().startswith(">>")] or rows
     common = min(indent_width(row[: len(row) - len(row.lstrip())]) for row in measured)
-    dedented = [_dedent(line, common) for line in body]
+    dedented = [dedent_line(line, common) if line.strip() else "" for line in body]
     while not dedented[-1].strip():
         dedented.pop()
     return "\n".join(dedented) + "\n"
-
-
-def _dedent(line: str, width: int) -> str:
-    if not line.strip():
-        return ""
-    return line[min(width, len(line) - len(line.lstrip())) :]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from kedi.errors import KediUsageError
 from kedi.source import SourceFile
 from kedi.syntax import ast
-from kedi.syntax._builder import building
 from kedi.syntax._grammar import parse_fed
+from kedi.syntax._text import building
 from kedi.syntax.diagnostics import PARSE_ERRORS, syntax_error
 
 

@@ -38,11 +38,19 @@ def embedded_sources() -> list[tuple[str, str, str]]:
         tree = python_ast.parse(path.read_text(encoding="utf-8"))
         strings = _module_strings(tree)
         for node in python_ast.walk(tree):
-            if isinstance(node, python_ast.FunctionDef | python_ast.AsyncFunctionDef) and _is_query(node):
+            if isinstance(node, python_ast.FunctionDef | python_ast.AsyncFunctionDef) and _is_query(
+                node
+            ):
                 docstring = python_ast.get_docstring(node, clean=False)
                 found.append((path.name, "query docstring", query_body_source(docstring)))
             elif isinstance(node, python_ast.Call) and _call_name(node.func) in _EMBEDDING_CALLS:
-                found.append((path.name, f"{_call_name(node.func)}()", _string_argument(node.args[0], strings)))
+                found.append(
+                    (
+                        path.name,
+                        f"{_call_name(node.func)}()",
+                        _string_argument(node.args[0], strings),
+                    )
+                )
     return found
 
 
@@ -64,7 +72,9 @@ def _module_strings(tree: python_ast.Module) -> dict[str, str]:
     """Module-level `name = "..."` assignments, for `parse_program(source)`."""
     strings = {}
     for statement in tree.body:
-        if isinstance(statement, python_ast.Assign) and isinstance(statement.value, python_ast.Constant):
+        if isinstance(statement, python_ast.Assign) and isinstance(
+            statement.value, python_ast.Constant
+        ):
             for target in statement.targets:
                 if isinstance(target, python_ast.Name) and isinstance(statement.value.value, str):
                     strings[target.id] = statement.value.value
@@ -77,7 +87,9 @@ def _string_argument(node: python_ast.expr, strings: dict[str, str]) -> str:
     if isinstance(node, python_ast.Name):
         return strings[node.id]
     # `"""...""".strip()`, as in the interactive-execution page
-    assert isinstance(node, python_ast.Call) and isinstance(node.func, python_ast.Attribute), python_ast.unparse(node)
+    assert isinstance(node, python_ast.Call) and isinstance(node.func, python_ast.Attribute), (
+        python_ast.unparse(node)
+    )
     return str(getattr(_string_argument(node.func.value, strings), node.func.attr)())
 
 
@@ -100,7 +112,9 @@ def kedi_failures() -> tuple[int, list[str]]:
 @lru_cache(maxsize=1)
 def embedded_failures() -> tuple[list[str], list[str]]:
     embedded = embedded_sources()
-    return [kind for _, kind, _ in embedded], failures([(f"{name} ({kind})", text) for name, kind, text in embedded])
+    return [kind for _, kind, _ in embedded], failures(
+        [(f"{name} ({kind})", text) for name, kind, text in embedded]
+    )
 
 
 def test_every_kedi_file_parses() -> None:
@@ -109,7 +123,11 @@ def test_every_kedi_file_parses() -> None:
 
 def test_the_index_lists_exactly_the_kedi_files() -> None:
     with (CORPUS / "INDEX.tsv").open(encoding="utf-8") as handle:
-        listed = {row["file"] for row in csv.DictReader(handle, delimiter="\t") if row["file"].endswith(".kedi")}
+        listed = {
+            row["file"]
+            for row in csv.DictReader(handle, delimiter="\t")
+            if row["file"].endswith(".kedi")
+        }
     assert listed == {path.name for path in kedi_files()}
 
 
@@ -133,7 +151,7 @@ def test_conformance_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert (kedi_ok, embedded_ok) == (files, len(kinds))
 
 
-def test_every_node_of_the_corpus_has_a_real_span() -> None:
+def test_every_node_of_the_corpus_has_a_real_span_and_no_lark_value() -> None:
     for path in kedi_files():
         text = path.read_text(encoding="utf-8")
         lines = text.count("\n") + 1
@@ -144,8 +162,16 @@ def test_every_node_of_the_corpus_has_a_real_span() -> None:
                 pending.extend(node)
                 continue
             if not is_dataclass(node):
+                # Lark tokens are `str` subclasses: only plain values may reach the AST.
+                assert node is None or type(node) in (str, int, float, bool), (
+                    path.name,
+                    repr(node),
+                )
                 continue
             span = node.span  # type: ignore[attr-defined]
-            assert span.path == path.name and 1 <= span.line <= span.end_line <= lines, (path.name, node)
+            assert span.path == path.name and 1 <= span.line <= span.end_line <= lines, (
+                path.name,
+                node,
+            )
             assert (span.line, span.column) <= (span.end_line, span.end_column), (path.name, node)
             pending.extend(getattr(node, item.name) for item in fields(node) if item.name != "span")

@@ -14,9 +14,20 @@ from kedi.syntax.diagnostics import PHRASES
 from tests.syntax.test_conformance import kedi_files
 
 SPECIALS = list("<>[]`()#\\~=@:,|*\"' \t\n") + ["```", ">>", "> ", "[x] =", "###\n", "\r\n", "\\\n"]
-MUTATIONS = ("delete", "duplicate", "swap", "insert", "delete line", "duplicate line", "swap lines", "indent line")
+MUTATIONS = (
+    "delete",
+    "duplicate",
+    "swap",
+    "insert",
+    "delete line",
+    "duplicate line",
+    "swap lines",
+    "indent line",
+)
 PROGRAMS = [path.read_text(encoding="utf-8") for path in kedi_files()]
-_TERMINAL = re.compile(r"\b(?:" + "|".join(re.escape(name) for name in PHRASES if name.strip("_$").isupper()) + r")\b")
+_TERMINAL = re.compile(
+    r"\b(?:" + "|".join(re.escape(name) for name in PHRASES if name.strip("_$").isupper()) + r")\b"
+)
 
 
 def mutate(text: str, mutation: str, where: int, special: str) -> str:
@@ -40,12 +51,18 @@ def mutate(text: str, mutation: str, where: int, special: str) -> str:
     if mutation == "duplicate":
         return text[:index] + text[index : index + 1] * 2 + text[index + 1 :]
     if mutation == "swap":
-        return text[:index] + text[index + 1 : index + 2] + text[index : index + 1] + text[index + 2 :]
+        return (
+            text[:index] + text[index + 1 : index + 2] + text[index : index + 1] + text[index + 2 :]
+        )
     return text[:index] + special + text[index:]
 
 
 mutation_lists = st.lists(
-    st.tuples(st.sampled_from(MUTATIONS), st.integers(min_value=0, max_value=10_000), st.sampled_from(SPECIALS)),
+    st.tuples(
+        st.sampled_from(MUTATIONS),
+        st.integers(min_value=0, max_value=10_000),
+        st.sampled_from(SPECIALS),
+    ),
     min_size=1,
     max_size=5,
 )
@@ -53,7 +70,9 @@ mutation_lists = st.lists(
 
 @settings(max_examples=300, derandomize=True, deadline=None)
 @given(st.sampled_from(PROGRAMS), mutation_lists)
-def test_mutated_programs_fail_only_with_syntax_errors(program: str, mutations: list[tuple[str, int, str]]) -> None:
+def test_mutated_programs_fail_only_with_syntax_errors(
+    program: str, mutations: list[tuple[str, int, str]]
+) -> None:
     for mutation in mutations:
         program = mutate(program, *mutation)
     started = time.perf_counter()

@@ -13,7 +13,6 @@ from kedi.syntax import ast as kedi_ast
 from kedi.syntax import parse
 from kedi.syntax._builder import Builder
 from kedi.syntax._grammar import grammar_path, lark_options, lark_parser
-from kedi.syntax.docstrings import query_body_source
 from kedi.syntax.ast import (
     Argument,
     Assign,
@@ -29,8 +28,8 @@ from kedi.syntax.ast import (
     EvalMetric,
     EvalSuite,
     Export,
-    FieldDef,
     Fence,
+    FieldDef,
     Import,
     InlinePython,
     Module,
@@ -58,6 +57,7 @@ from kedi.syntax.ast import (
     Use,
     UseName,
 )
+from kedi.syntax.docstrings import query_body_source
 
 
 def body(source: str) -> tuple[object, ...]:
@@ -97,7 +97,11 @@ def test_grammar_is_lalr1_without_conflicts(caplog: pytest.LogCaptureFixture) ->
             Lark(grammar_path().read_text(encoding="utf-8"), debug=True, **lark_options())  # type: ignore[arg-type]
     finally:
         logger.setLevel(previous)
-    conflicts = [record.getMessage() for record in caplog.records if "conflict" in record.getMessage().lower()]
+    conflicts = [
+        record.getMessage()
+        for record in caplog.records
+        if "conflict" in record.getMessage().lower()
+    ]
     assert conflicts == []
 
 
@@ -132,7 +136,9 @@ def test_template_continuation_rows_join_until_a_statement() -> None:
     assert template == Template(
         rows=(
             row(Text(value="Incident: "), Subst(name="incident"), Text(value=".")),
-            row(Text(value="Affected service: "), Capture(name="service", type=STR), Text(value=".")),
+            row(
+                Text(value="Affected service: "), Capture(name="service", type=STR), Text(value=".")
+            ),
             row(Capture(name="answer", type=TypeName(name="Report")), Text(value=".")),
         )
     )
@@ -147,7 +153,9 @@ def test_continuation_row_may_start_with_a_substitution() -> None:
 
 def test_blank_line_always_ends_a_template() -> None:
     first, second = body(">> First [a].\n\n>> Second [b].\n")
-    assert first == Template(rows=(row(Text(value="First "), Capture(name="a", type=None), Text(value=".")),))
+    assert first == Template(
+        rows=(row(Text(value="First "), Capture(name="a", type=None), Text(value=".")),)
+    )
     assert isinstance(second, Template)
     with pytest.raises(Exception, match="Template text must start with `>>`"):
         parse(">> First [a].\n\nmore text\n")
@@ -165,7 +173,9 @@ def test_new_template_row_starts_a_new_call() -> None:
 
 def test_backtick_only_line_is_a_python_statement_not_a_row() -> None:
     template, statement = body(">> Count [n: int].\n`print(n)`\n")
-    assert template == Template(rows=(row(Text(value="Count "), Capture(name="n", type=INT), Text(value=".")),))
+    assert template == Template(
+        rows=(row(Text(value="Count "), Capture(name="n", type=INT), Text(value=".")),)
+    )
     assert statement == PythonStatement(code=code("print(n)", 2))
 
 
@@ -189,8 +199,9 @@ def test_unescaped_equals_and_at_in_text_are_literal() -> None:
 
 
 def test_empty_template_head_with_continuation_rows() -> None:
-    assert one(">>\nDescribe [x].\n") == Template(rows=(row(Text(value="Describe "), Capture(name="x", type=None),
-                                                             Text(value=".")),))
+    assert one(">>\nDescribe [x].\n") == Template(
+        rows=(row(Text(value="Describe "), Capture(name="x", type=None), Text(value=".")),)
+    )
 
 
 # --------------------------------------------------------------------------- raw invoke, assignment, return
@@ -200,7 +211,10 @@ def test_raw_invoke_takes_continuation_rows() -> None:
     assert one("[answer] << Explain <concept>\nin one paragraph.\n") == RawInvoke(
         target="answer",
         type=None,
-        rows=(row(Text(value="Explain "), Subst(name="concept")), row(Text(value="in one paragraph."))),
+        rows=(
+            row(Text(value="Explain "), Subst(name="concept")),
+            row(Text(value="in one paragraph.")),
+        ),
     )
 
 
@@ -210,7 +224,9 @@ def test_raw_invoke_may_say_str() -> None:
 
 def test_assignment_forms() -> None:
     assert body("[title] = Release <version>\n[n: int] = `2 + 1`\n[copy] = <make(<x>, `1`)>\n") == (
-        Assign(target="title", type=None, value=rendered(Text(value="Release "), Subst(name="version"))),
+        Assign(
+            target="title", type=None, value=rendered(Text(value="Release "), Subst(name="version"))
+        ),
         Assign(target="n", type=INT, value=rendered(BareBacktick(code=code("2 + 1", 2)))),
         Assign(
             target="copy",
@@ -232,7 +248,9 @@ def test_assignment_block_is_dedented_to_the_statement() -> None:
     source = "@f() -> int:\n  [p: int] = ```\n  x = 1\n  if x:\n      return x\n  ```\n  = `p`\n"
     (proc,) = body(source)
     assert isinstance(proc, Procedure)
-    assert proc.body[0] == Assign(target="p", type=INT, value=Fence(code=code("x = 1\nif x:\n    return x", 3)))
+    assert proc.body[0] == Assign(
+        target="p", type=INT, value=Fence(code=code("x = 1\nif x:\n    return x", 3))
+    )
 
 
 def test_return_forms() -> None:
@@ -247,7 +265,11 @@ def test_rendered_return_line_continuation_joins_with_one_space() -> None:
     (proc,) = body("@notice(name: str) -> str:\n  = Hello <name>, \\\n    your report is ready.\n")
     assert isinstance(proc, Procedure)
     assert proc.body == (
-        Return(value=rendered(Text(value="Hello "), Subst(name="name"), Text(value=", your report is ready."))),
+        Return(
+            value=rendered(
+                Text(value="Hello "), Subst(name="name"), Text(value=", your report is ready.")
+            )
+        ),
     )
 
 
@@ -276,7 +298,16 @@ def test_boundary_whitespace_is_trimmed_in_rows_and_arguments() -> None:
         value=rendered(
             Call(
                 name="slug",
-                args=(Argument(segments=(Call(name="trim", args=(Argument(segments=(Text(value="Release Notes"),)),)),)),),
+                args=(
+                    Argument(
+                        segments=(
+                            Call(
+                                name="trim",
+                                args=(Argument(segments=(Text(value="Release Notes"),)),),
+                            ),
+                        )
+                    ),
+                ),
             )
         )
     )
@@ -287,7 +318,10 @@ def test_escaped_comma_stays_in_one_argument() -> None:
         value=rendered(
             Call(
                 name="echo",
-                args=(Argument(segments=(Text(value="alpha, beta"),)), Argument(segments=(BareBacktick(code=code("2")),))),
+                args=(
+                    Argument(segments=(Text(value="alpha, beta"),)),
+                    Argument(segments=(BareBacktick(code=code("2")),)),
+                ),
             )
         )
     )
@@ -298,7 +332,9 @@ def test_call_without_arguments() -> None:
 
 
 def test_literal_fence_in_text() -> None:
-    assert one("> system: Wrap code in <``>python\n") == SystemDirective(rows=(row(Text(value="Wrap code in ```python")),))
+    assert one("> system: Wrap code in <``>python\n") == SystemDirective(
+        rows=(row(Text(value="Wrap code in ```python")),)
+    )
 
 
 def test_hash_starts_a_comment_outside_python() -> None:
@@ -309,7 +345,9 @@ def test_hash_starts_a_comment_outside_python() -> None:
 
 
 def test_quotes_are_ordinary_text() -> None:
-    assert one('[value] = "  Ready "\n') == Assign(target="value", type=None, value=rendered(Text(value='"  Ready "')))
+    assert one('[value] = "  Ready "\n') == Assign(
+        target="value", type=None, value=rendered(Text(value='"  Ready "'))
+    )
 
 
 def test_multiline_inline_python_inside_brackets() -> None:
@@ -360,7 +398,11 @@ def test_procedure_header_parameters_and_docstring() -> None:
             Param(name="dest", type=STR, default=None),
             Param(name="weight", type=TypeName(name="float"), default=None),
             Param(name="express", type=TypeName(name="bool"), default=code("False")),
-            Param(name="tags", type=TypeSubscript(base=TypeName(name="list"), args=(STR,)), default=code("[]")),
+            Param(
+                name="tags",
+                type=TypeSubscript(base=TypeName(name="list"), args=(STR,)),
+                default=code("[]"),
+            ),
         ),
         returns=TypeName(name="float"),
         docstring=Docstring(text="Quote one shipment.\n\nArgs:\n    dest: Where it goes."),
@@ -375,12 +417,16 @@ def test_later_block_comments_are_not_docstrings() -> None:
 
 
 def test_multiline_signature_and_backtick_types() -> None:
-    source = "@format_issue(\n  issue_id: int,\n  title: `Title` = `\"Untitled\"`,\n) -> `str`:\n  = x\n"
+    source = (
+        '@format_issue(\n  issue_id: int,\n  title: `Title` = `"Untitled"`,\n) -> `str`:\n  = x\n'
+    )
     assert one(source) == Procedure(
         name="format_issue",
         params=(
             Param(name="issue_id", type=INT, default=None),
-            Param(name="title", type=TypePython(code=code("Title", 3)), default=code('"Untitled"', 3)),
+            Param(
+                name="title", type=TypePython(code=code("Title", 3)), default=code('"Untitled"', 3)
+            ),
         ),
         returns=TypePython(code=code("str", 4)),
         docstring=None,
@@ -396,7 +442,13 @@ def test_nested_procedures_and_untyped_parameters() -> None:
         returns=None,
         docstring=None,
         body=(
-            Procedure(name="inner", params=(), returns=STR, docstring=None, body=(Return(value=rendered(Subst(name="x"))),)),
+            Procedure(
+                name="inner",
+                params=(),
+                returns=STR,
+                docstring=None,
+                body=(Return(value=rendered(Subst(name="x"))),),
+            ),
             Return(value=rendered(Call(name="inner", args=()))),
         ),
     )
@@ -409,11 +461,21 @@ def test_custom_types() -> None:
         fields=(
             FieldDef(
                 name="name",
-                type=TypeSubscript(base=TypeName(name="Annotated"), args=(STR, TypeLiteral(value="Display name"))),
+                type=TypeSubscript(
+                    base=TypeName(name="Annotated"), args=(STR, TypeLiteral(value="Display name"))
+                ),
                 default=None,
             ),
-            FieldDef(name="email", type=TypeUnion(options=(TypeName(name="Email"), TypeName(name="None"))), default=None),
-            FieldDef(name="tags", type=TypeSubscript(base=TypeName(name="list"), args=(STR,)), default=code("[]", 4)),
+            FieldDef(
+                name="email",
+                type=TypeUnion(options=(TypeName(name="Email"), TypeName(name="None"))),
+                default=None,
+            ),
+            FieldDef(
+                name="tags",
+                type=TypeSubscript(base=TypeName(name="list"), args=(STR,)),
+                default=code("[]", 4),
+            ),
         ),
     )
 
@@ -450,10 +512,10 @@ def test_literal_types() -> None:
 def test_one_line_and_block_directives() -> None:
     source = (
         "> model: openai:gpt-4o-mini\n"
-        "> effort: `\"high\" if deep else \"low\"`\n"
+        '> effort: `"high" if deep else "low"`\n'
         "> settings:\n"
         "    temperature: 0.2\n"
-        "    env: `{\"MODE\": \"review\"}`\n"
+        '    env: `{"MODE": "review"}`\n'
         "> agent:\n"
         "    acp: npx @zed-industries/codex-acp\n"
     )
@@ -468,12 +530,18 @@ def test_one_line_and_block_directives() -> None:
                 ConfigEntry(key="env", value=(BareBacktick(code=code('{"MODE": "review"}', 5)),)),
             ),
         ),
-        Directive(name="agent", value=None, config=(ConfigEntry(key="acp", value=(Text(value="npx @zed-industries/codex-acp"),)),)),
+        Directive(
+            name="agent",
+            value=None,
+            config=(ConfigEntry(key="acp", value=(Text(value="npx @zed-industries/codex-acp"),)),),
+        ),
     )
 
 
 def test_system_directive_forms() -> None:
-    assert body("> system: Be brief.\n> system:\n    Act for <team>.\n    Mode: <`args.mode`>.\n") == (
+    assert body(
+        "> system: Be brief.\n> system:\n    Act for <team>.\n    Mode: <`args.mode`>.\n"
+    ) == (
         SystemDirective(rows=(row(Text(value="Be brief.")),)),
         SystemDirective(
             rows=(
@@ -511,7 +579,11 @@ def test_profile_with_docstring_and_members() -> None:
             Directive(name="adapter", value=(Text(value="pydantic"),)),
             SystemDirective(rows=(row(Text(value="Cite evidence.")),)),
             Use(names=(UseName(name="lookup"),), block=False),
-            Directive(name="settings", value=None, config=(ConfigEntry(key="temperature", value=(Text(value="0.1"),)),)),
+            Directive(
+                name="settings",
+                value=None,
+                config=(ConfigEntry(key="temperature", value=(Text(value="0.1"),)),),
+            ),
         ),
     )
 
@@ -538,7 +610,11 @@ def test_package_manifest_with_dependency_list() -> None:
         name="reports",
         config=(
             ConfigEntry(key="version", value=(Text(value="2.0.0rc1"),)),
-            ConfigEntry(key="python_dependencies", value=(), items=("pydantic>=2", 'httpx[http2]>=0.27; python_version >= "3.11"')),
+            ConfigEntry(
+                key="python_dependencies",
+                value=(),
+                items=("pydantic>=2", 'httpx[http2]>=0.27; python_version >= "3.11"'),
+            ),
         ),
     )
 
@@ -558,15 +634,24 @@ def test_optimize_body_is_one_template_with_optional_marker() -> None:
     assert proc.body[:2] == (
         Optimize(
             name="fields",
-            template=Template(rows=(row(Text(value="Read "), Subst(name="doc"), Text(value=".")),
-                                    row(Text(value="Return "), Capture(name="title", type=None), Text(value=".")))),
+            template=Template(
+                rows=(
+                    row(Text(value="Read "), Subst(name="doc"), Text(value=".")),
+                    row(Text(value="Return "), Capture(name="title", type=None), Text(value=".")),
+                )
+            ),
         ),
-        Optimize(name="again", template=Template(rows=(row(Text(value="Once more "), Capture(name="x", type=None)),))),
+        Optimize(
+            name="again",
+            template=Template(rows=(row(Text(value="Once more "), Capture(name="x", type=None)),)),
+        ),
     )
 
 
 def test_auto_specification_keeps_raw_lines() -> None:
-    (proc,) = body("@slug(value: str) -> str:\n  > auto:\n    Implement slugs for <value>.\n    Keep \\#tags.\n")
+    (proc,) = body(
+        "@slug(value: str) -> str:\n  > auto:\n    Implement slugs for <value>.\n    Keep \\#tags.\n"
+    )
     assert isinstance(proc, Procedure)
     assert proc.body == (Auto(spec="Implement slugs for <value>.\nKeep #tags."),)
 
@@ -575,7 +660,7 @@ def test_auto_specification_keeps_raw_lines() -> None:
 
 
 def test_test_suite() -> None:
-    source = "@test: slugify:\n  > case: lower:\n    `assert slugify(\"A\") == \"a\"`\n\n  > case: strip:\n    ```\n    r = slugify(\" a \")\n    assert r == \"a\"\n    ```\n"
+    source = '@test: slugify:\n  > case: lower:\n    `assert slugify("A") == "a"`\n\n  > case: strip:\n    ```\n    r = slugify(" a ")\n    assert r == "a"\n    ```\n'
     assert one(source) == kedi_ast.TestSuite(
         procedure="slugify",
         cases=(
@@ -589,7 +674,7 @@ def test_eval_suite() -> None:
     source = (
         "@eval: word_count:\n"
         "  > data: samples:\n"
-        "    = `[(\"a b\", 2)]`\n"
+        '    = `[("a b", 2)]`\n'
         "  > test_data: samples:\n"
         "    = ```\n"
         "    return []\n"
@@ -601,17 +686,27 @@ def test_eval_suite() -> None:
     assert one(source) == EvalSuite(
         procedure="word_count",
         datasets=(
-            EvalData(kind="data", name="samples", value=rendered(BareBacktick(code=code('[("a b", 2)]', 3)))),
+            EvalData(
+                kind="data",
+                name="samples",
+                value=rendered(BareBacktick(code=code('[("a b", 2)]', 3))),
+            ),
             EvalData(kind="test_data", name="samples", value=Fence(code=code("return []", 6))),
         ),
-        metric=EvalMetric(name="exact", dataset="samples", value=rendered(BareBacktick(code=code("word_count(samples) == expected", 10)))),
+        metric=EvalMetric(
+            name="exact",
+            dataset="samples",
+            value=rendered(BareBacktick(code=code("word_count(samples) == expected", 10))),
+        ),
     )
 
 
 def test_legacy_metric_without_dataset() -> None:
     suite = one("@eval: f:\n  > metric: score:\n    = `1.0`\n")
     assert isinstance(suite, EvalSuite)
-    assert suite.metric == EvalMetric(name="score", dataset=None, value=rendered(BareBacktick(code=code("1.0", 3))))
+    assert suite.metric == EvalMetric(
+        name="score", dataset=None, value=rendered(BareBacktick(code=code("1.0", 3)))
+    )
 
 
 # --------------------------------------------------------------------------- layout
@@ -694,7 +789,9 @@ def test_python_code_first_line_maps_to_kedi_lines() -> None:
 
 
 def test_byte_order_mark_is_ignored() -> None:
-    assert body("\ufeff[a] = x\n") == (Assign(target="a", type=None, value=rendered(Text(value="x"))),)
+    assert body("\ufeff[a] = x\n") == (
+        Assign(target="a", type=None, value=rendered(Text(value="x"))),
+    )
 
 
 def test_every_grammar_rule_has_a_builder_method_and_back() -> None:
@@ -715,12 +812,20 @@ def test_every_grammar_rule_has_a_builder_method_and_back() -> None:
 def test_query_docstring_body_keeps_column_zero_template_rows() -> None:
     docstring = "kedi\n    > use: search_docs\n>> Use the docs. Return [answer: str] for <question>.\n    = `answer`\n    "
     source = query_body_source(docstring)
-    assert source == "> use: search_docs\n>> Use the docs. Return [answer: str] for <question>.\n= `answer`\n"
+    assert (
+        source
+        == "> use: search_docs\n>> Use the docs. Return [answer: str] for <question>.\n= `answer`\n"
+    )
     assert [type(node) for node in parse(source).body] == [Use, Template, Return]
 
 
 def test_query_docstring_is_dedented_and_may_start_after_blank_lines() -> None:
-    assert query_body_source("\n    kedi\n    >> Hi <x> [y]\n      = `y`\n") == ">> Hi <x> [y]\n  = `y`\n"
+    assert (
+        query_body_source("\n    kedi\n    >> Hi <x> [y]\n    = `y`\n") == ">> Hi <x> [y]\n= `y`\n"
+    )
+    assert (
+        query_body_source("kedi\n  @f():\n    = x\n\n  = <f()>\n  ") == "@f():\n  = x\n\n= <f()>\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -728,8 +833,14 @@ def test_query_docstring_is_dedented_and_may_start_after_blank_lines() -> None:
     [
         (None, "@kedi.query needs a docstring whose first line is `kedi`"),
         ("   ", "@kedi.query needs a docstring whose first line is `kedi`"),
-        ("kedi >> Hi [x]\n", "the @kedi.query docstring must start with a line holding only `kedi`, found 'kedi >> Hi [x]'"),
-        ("Summarize the text.\n", "the @kedi.query docstring must start with a line holding only `kedi`, found 'Summarize the text.'"),
+        (
+            "kedi >> Hi [x]\n",
+            "the @kedi.query docstring must start with a line holding only `kedi`, found 'kedi >> Hi [x]'",
+        ),
+        (
+            "Summarize the text.\n",
+            "the @kedi.query docstring must start with a line holding only `kedi`, found 'Summarize the text.'",
+        ),
         ("kedi\n   \n", "the @kedi.query docstring has an empty Kedi body after its `kedi` line"),
     ],
 )

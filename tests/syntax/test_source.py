@@ -9,7 +9,9 @@ from kedi.source import SourceFile, Span
 
 # Text built from the characters that matter for positions: line breaks (LF and
 # CRLF), tabs, spaces, and a few ordinary and non-ASCII characters.
-texts = st.lists(st.sampled_from(["\n", "\r\n", "\r", "\t", " ", "a", "é", ">>", "#"]), max_size=60).map("".join)
+texts = st.lists(
+    st.sampled_from(["\n", "\r\n", "\r", "\t", " ", "a", "é", ">>", "#"]), max_size=60
+).map("".join)
 
 
 def expected_location(text: str, offset: int) -> tuple[int, int]:

@@ -1,0 +1,204 @@
+"""The public API is a short, explicit, tested list (style rule G10).
+
+A name is public when no part of its dotted path starts with `_`; everything
+public is a promise. These tests pin what `kedi` and `kedi.history` export,
+and that the names the history spec promises (Part D) exist with their exact
+spelling and shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import types
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
+import kedi
+import kedi.history
+from tests.test_errors import ERRORS
+
+
+def _public_names(package: types.ModuleType) -> set[str]:
+    """The names a package really offers: not underscored, not a submodule.
+
+    Submodules land in a package's namespace as a side effect of importing
+    them (`kedi.errors`, `kedi.history.lanes`), so they say nothing about the
+    package's API; the `__future__` feature object is no API either.
+    """
+    return {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and not (name == "annotations" and type(value).__name__ == "_Feature")
+    }
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    """ruff's RUF022 ("isort-style") order: CONSTANTS, then Classes, then functions."""
+    if name.isupper():
+        return (0, name)
+    return (1, name) if name[0].isupper() else (2, name)
+
+
+PACKAGES = [kedi, kedi.history]
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_all_is_sorted(package: types.ModuleType) -> None:
+    expected = sorted(package.__all__, key=_sort_key)
+    assert package.__all__ == expected, f"{package.__name__}.__all__ should read {expected}"
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_all_lists_exactly_the_public_names(package: types.ModuleType) -> None:
+    listed = set(package.__all__)
+    assert len(listed) == len(package.__all__), f"{package.__name__}.__all__ repeats a name"
+    public = _public_names(package)
+    assert not public - listed, (
+        f"public but not in {package.__name__}.__all__: {sorted(public - listed)}"
+    )
+    assert not listed - public, (
+        f"in {package.__name__}.__all__ but not defined: {sorted(listed - public)}"
+    )
+
+
+def _modules_with_all() -> list[types.ModuleType]:
+    names = [
+        m.name for m in pkgutil.walk_packages(kedi.__path__, "kedi.") if m.name != "kedi.__main__"
+    ]
+    modules = [kedi, *(importlib.import_module(name) for name in names)]
+    return [m for m in modules if hasattr(m, "__all__")]
+
+
+def test_every_name_in_every_all_is_importable() -> None:
+    """`from kedi.x import *` works everywhere: each `__all__` names real attributes."""
+    modules = _modules_with_all()
+    assert len(modules) >= 5
+    missing = [
+        f"{m.__name__}.{name}" for m in modules for name in m.__all__ if not hasattr(m, name)
+    ]
+    assert not missing, f"listed in __all__ but absent: {missing}"
+
+
+def test_star_import_gives_the_public_api() -> None:
+    namespace: dict[str, Any] = {}
+    exec("from kedi import *", namespace)
+    namespace.pop("__builtins__")
+    assert set(namespace) == set(kedi.__all__)
+
+
+# --------------------------------------------------------------------------- history, Part D
+
+PART_D = [
+    "Message",
+    "ToolCall",
+    "Part",
+    "ThinkingBlock",
+    "normalize_history",
+    "HistoryRepair",
+    "sanitize_history",
+    "SanitizeReport",
+    "UnsafePart",
+    "trim_history",
+    "budget_history",
+    "wire_tool_arguments",
+    "new_id",
+    "INTERRUPTED_RESULT",
+    "HistoryError",
+    "HistoryProcessingError",
+    "HistoryProcessingValidationError",
+    "HistoryProcessorContext",
+]
+"""The table of spec/history.md Part D, "Public names (Python)", in its order."""
+
+PROCESSOR_TOOLKIT = [
+    "HistoryProcessorContext",
+    "Group",
+    "MessageInfo",
+    "Classifier",
+    "PORTABLE",
+    "ProcessorOutcome",
+    "run_history_processor",
+    "max_messages",
+    "max_tokens",
+    "compose_bounds",
+]
+"""What a history processor (and an adapter that runs processors) is written against."""
+
+
+@pytest.mark.parametrize("name", PART_D + PROCESSOR_TOOLKIT)
+def test_history_names_are_importable_from_kedi_history(name: str) -> None:
+    assert name in kedi.history.__all__
+    assert getattr(kedi.history, name) is not None
+
+
+@pytest.mark.parametrize("name", PART_D)
+def test_kedi_reexports_the_part_d_names(name: str) -> None:
+    """Part D's names are common enough to live at the top level too, as the same objects."""
+    assert name in kedi.__all__, f"add `{name}` to kedi/__init__.py (import and __all__)"
+    assert getattr(kedi, name) is getattr(kedi.history, name)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("HistoryRepair", ["synthesized", "dropped", "truncated"]),
+        ("SanitizeReport", ["system_prompts", "unsafe_parts", "repair"]),
+        ("UnsafePart", ["message_index", "kind", "scheme"]),
+    ],
+)
+def test_part_d_report_fields_are_spelled_as_specified(name: str, expected: list[str]) -> None:
+    assert [f.name for f in fields(getattr(kedi.history, name))] == expected
+
+
+def test_part_d_shapes() -> None:
+    history = kedi.history
+    assert issubclass(history.HistoryError, ValueError)
+    assert {"messages", "groups"} <= {f.name for f in fields(history.HistoryProcessorContext)}
+    message = history.Message(role="user", content="hi")
+    assert history.normalize_history([message])[0] == [message]
+    assert history.wire_tool_arguments('{"a":1}') == {"a": 1}
+    identifier = history.new_id()
+    assert identifier[14] == "7", f"new_id() is not a UUIDv7: {identifier}"
+    assert isinstance(history.INTERRUPTED_RESULT, str) and history.INTERRUPTED_RESULT
+    assert callable(history.trim_history(2)) and callable(history.budget_history(len, 10))
+
+
+# --------------------------------------------------------------------------- the top level
+
+
+@pytest.mark.parametrize("cls", ERRORS, ids=lambda cls: cls.__name__)
+def test_kedi_exports_every_error(cls: type[BaseException]) -> None:
+    """Users catch kedi's errors as `kedi.RateLimitError`, never from a submodule."""
+    assert cls.__name__ in kedi.__all__, (
+        f"add `{cls.__name__}` to kedi/__init__.py (import and __all__)"
+    )
+    assert getattr(kedi, cls.__name__) is cls
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "parse",
+        "compile",
+        "Program",
+        "query",
+        "bind",
+        "configure",
+        "context",
+        "Adapter",
+        "KediParseError",
+    ],
+)
+def test_kedi_exports_the_entry_points(name: str) -> None:
+    assert name in kedi.__all__, f"add `{name}` to kedi/__init__.py (import and __all__)"
+
+
+def test_compile_is_the_program_compiler() -> None:
+    program = kedi.compile(">> Hello [x].\n= <x>\n", path="hello.kedi")
+    assert isinstance(program, kedi.Program)
+    assert kedi.compile is kedi.compile_program
