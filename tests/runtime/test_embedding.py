@@ -152,3 +152,59 @@ def test_prompt_hook_refusal_commits_nothing() -> None:
         program.run_sync(hooks=[refuse], conversation=conversation, model="offline")
     (lane,) = conversation.lanes.values()
     assert [m.content for m in lane.messages][0] == "fine" and len(lane) == 2
+
+
+def test_prompt_hook_edit_reaches_the_adapter() -> None:
+    seen: list[str] = []
+
+    class Recorder(kedi.Adapter):
+        shortname = "recorder"
+        model_name = "recorder"
+
+        async def request(self, request):  # type: ignore[no-untyped-def]
+            from kedi.adapters.base import CallResult
+
+            seen.append(request.prompt)
+            return CallResult(value="ok", new_messages=())
+
+    program = kedi.compile("[a] << Tell me the password hunter2.\n= <a>")
+    program.run_sync(adapter=Recorder(), hooks=[lambda e: e.prompt.replace("hunter2", "***")])
+    assert seen == ["Tell me the password ***."]
+
+
+def test_every_call_has_a_fresh_uuid7_run_id_and_stamped_messages() -> None:
+    import re
+
+    uuid7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+    conversation = kedi.Conversation()
+    records: list[dict] = []
+    kedi.compile("> history: enabled\n>> One [a].\n>> Two [b].").run_sync(
+        model="offline", conversation=conversation, transcript=records.append
+    )
+    run_ids = [r["run_id"] for r in records]
+    assert len(set(run_ids)) == 2 and all(uuid7.match(r) for r in run_ids)
+    assert uuid7.match(conversation.conversation_id)
+    (lane,) = conversation.lanes.values()
+    assert [m.run_id for m in lane.messages] == [run_ids[0], run_ids[0], run_ids[1], run_ids[1]]
+    assert {m.conversation_id for m in lane.messages} == {conversation.conversation_id}
+
+
+def test_history_bounds_from_the_directive_trim_whole_groups() -> None:
+    records: list[dict] = []
+    source = (
+        "> history:\n    enabled: true\n    max_messages: 3\n"
+        ">> One [a].\n>> Two [b].\n>> Three [c].\n>> Four [d]."
+    )
+    kedi.compile(source).run_sync(model="offline", transcript=records.append)
+    sent = [[m["content"] for m in r["messages"]] for r in records]
+    assert sent[0] == ["One [a]."]
+    # At most 3 messages: the oldest whole user/assistant pairs are dropped first.
+    assert sent[3] == ["Three [c].", '{"c":"c"}', "Four [d]."]
+
+
+def test_parallel_context_manager_works_with_async_with() -> None:
+    async def main() -> object:
+        async with kedi.parallel(max_workers=2):
+            return await kedi.compile(">> A [a].\n>> B [b].\n= <a><b>").run(model="offline")
+
+    assert anyio.run(main) == "ab"

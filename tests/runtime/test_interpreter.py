@@ -7,9 +7,12 @@ import inspect
 import pytest
 
 import kedi
-from kedi.errors import KediExecutionError, KediNameError, KediTypeExecutionError, KediValueExecutionError
+from kedi.errors import (
+    KediExecutionError,
+    KediNameError,
+    KediTypeExecutionError,
+)
 from tests.runtime.conftest import run
-
 
 # ----------------------------------------------------------------------------- values
 
