@@ -107,3 +107,10 @@ def test_bad_parallel_value_is_a_config_error(value: str) -> None:
     result = invoke("-c", "= ok", "--parallel", value)
     assert result.exit_code == 1
     assert "invalid parallel setting" in result.stderr
+
+
+def test_unwritable_transcript_is_a_clear_error() -> None:
+    result = invoke("-c", "= ok", "--transcript", "/nonexistent-dir/calls.jsonl")
+    assert result.exit_code == 1
+    assert "cannot write the transcript" in result.stderr
+    assert "Traceback" not in result.output

@@ -71,7 +71,7 @@ from kedi.errors import (
     ProviderError,
 )
 from kedi.history import PartialResult, wire_tool_arguments
-from kedi.history.grouping import SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history.grouping import CALL_IN_PROGRESS, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     chain_processors,
@@ -112,8 +112,6 @@ _BIND_SETTINGS = ("tool_choice", "parallel_tool_calls")
 """Settings passed to `bind_tools`."""
 _CLOSED = "Final result processed."
 """The content of the `ToolMessage` that closes an accepted output-tool call (as Pydantic AI words it)."""
-IN_PROGRESS = "call-in-progress"
-"""Protection reason of the messages the running call has added so far."""
 
 
 class LangChainAdapter(Adapter):
@@ -589,7 +587,7 @@ class _LangChainClassifier:
 
     def info(self, message: BaseMessage) -> MessageInfo:
         """Classify one message by its LangChain type."""
-        own = (IN_PROGRESS,) if id(message) in self.in_progress else ()
+        own = (CALL_IN_PROGRESS,) if id(message) in self.in_progress else ()
         if isinstance(message, SystemMessage):
             return MessageInfo("system", protected=(SYSTEM, *own), is_text_only=_is_text(message))
         if isinstance(message, HumanMessage):

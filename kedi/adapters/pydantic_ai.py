@@ -80,7 +80,7 @@ from kedi.errors import (
     RateLimitError,
 )
 from kedi.history import PartialResult, resolve_conversation_id, resolve_run_id
-from kedi.history.grouping import CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     ProcessorOutcome,
@@ -142,8 +142,6 @@ _MODEL_SETTINGS = frozenset(
 _KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
-IN_PROGRESS = "call-in-progress"
-"""Protection reason of the messages the running call has added so far."""
 
 
 # --------------------------------------------------------------------------- the adapter
@@ -759,7 +757,7 @@ class _PydanticClassifier:
 
     def info(self, message: ModelMessage) -> MessageInfo:
         """Classify one message (see the class docs)."""
-        own = (IN_PROGRESS,) if self.run_id and message.run_id == self.run_id else ()
+        own = (CALL_IN_PROGRESS,) if self.run_id and message.run_id == self.run_id else ()
         if isinstance(message, ModelResponse):
             reasons = [*own]
             if any(isinstance(part, ThinkingPart) and part.signature for part in message.parts):

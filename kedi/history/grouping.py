@@ -99,6 +99,8 @@ PENDING_TOOL_CALLS = "pending-tool-calls"
 """Set by grouping: the group holds a call that is never answered."""
 CURRENT_REQUEST = "current-request"
 """Set by grouping: the last group, holding the current request."""
+CALL_IN_PROGRESS = "call-in-progress"
+"""Messages the running call has added so far (framework adapters mark them)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from kedi.adapters import create_adapter
 from kedi.adapters.base import Adapter, CallRequest, CallResult, Exchange, OutputSpec, ToolSpec
-from kedi.errors import CapabilityError, KediUsageError
+from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
 from kedi.runtime.tools import ToolBuilder
@@ -66,19 +66,23 @@ class Transcript:
     """Writes one JSON line per model request (never secrets)."""
 
     def __init__(self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None]) -> None:
+        """Write to a path (created), an open text file, or call `target(record)`."""
         self._file: IO[str] | None = None
         self._sink: Callable[[dict[str, Any]], None] | None = None
-        if callable(target) and not hasattr(target, "write"):
+        self._owned = isinstance(target, (str, Path))
+        if self._owned:
+            try:
+                self._file = open(target, "w", encoding="utf-8")  # type: ignore[arg-type]  # noqa: SIM115
+            except OSError as error:
+                raise KediConfigError(f"cannot write the transcript to {target}: {error.strerror}") from None
+        elif callable(target) and not hasattr(target, "write"):
             self._sink = target
-        elif isinstance(target, (str, Path)):
-            self._file = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
-            self._owned = True
         else:
             self._file = target  # type: ignore[assignment]
-        self._owned = isinstance(target, (str, Path))
         self.index = 0
 
     def write(self, record: dict[str, Any]) -> None:
+        """Record one model request (numbered in the order requests happen)."""
         record = {"index": self.index, **record}
         self.index += 1
         if self._sink is not None:
@@ -88,6 +92,7 @@ class Transcript:
             self._file.flush()
 
     def close(self) -> None:
+        """Close the file if this transcript opened it."""
         if self._owned and self._file is not None:
             self._file.close()
 
