@@ -232,9 +232,14 @@ class KediExecutionError(KediError):
             out.append(f"    embedded Python line {trace.python_line}")
             if trace.snippet:
                 out.append(f"    \u2771 {trace.python_line} {trace.snippet}")
-        kind = type(self.original).__name__ if self.original is not None else type(self).__name__
+        original = self.original
+        # Name the Python exception that caused the failure; kedi's own signals
+        # (type checks, adapter errors) are named by this error's class.
+        foreign = original is not None and not type(original).__module__.startswith("kedi")
+        kind = type(original).__name__ if foreign else type(self).__name__
         heading = "Inline Python error" if self.python_traces else "Kedi error"
-        out += ["", f"{heading}: {kind}", f"  {self.message}"]
+        out += ["", f"{heading}: {kind}"]
+        out += [f"  {line}" for line in self.message.splitlines() or [""]]
         return "\n".join(out)
 
     def __reduce__(self) -> tuple[Any, ...]:
