@@ -1,6 +1,6 @@
 """kedi's framework adapters next to the frameworks alone, in one run.
 
-    python bench/frameworks.py [--calls 1000] [--rounds 5]
+    python bench/frameworks.py [--calls 1000] [--rounds 3]
 
 (also run at the end of `bench/overhead.py`). Each part times, on the same
 model and the same N structured calls (one `summary: str` capture each):
@@ -30,7 +30,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -100,7 +99,15 @@ def comparison(
         ratio = best[label].cpu / base.cpu
         headline = label == labels[0]
         target = f"<= {RATIO_TARGET:g}x" if headline else ""
-        rows.append(Row(f"ratio {label} / {framework}, CPU", ratio, "x", target, not headline or ratio <= RATIO_TARGET))
+        rows.append(
+            Row(
+                f"ratio {label} / {framework}, CPU",
+                ratio,
+                "x",
+                target,
+                not headline or ratio <= RATIO_TARGET,
+            )
+        )
     print_rows(f"{name} ({calls} structured calls, best of {rounds} rounds)", rows)
     return rows
 
@@ -166,7 +173,11 @@ def openai_server(replies: int) -> Iterator[str]:
     """A local OpenAI-compatible server in a child process; yields its base URL."""
     with subprocess.Popen(
         [sys.executable, "-c", SERVER, str(replies), json.dumps(REPLY)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=child_env(),
     ) as server:
         assert server.stdin is not None and server.stdout is not None
         try:
@@ -195,7 +206,9 @@ def openai(calls: int, rounds: int) -> list[Row]:
             async with AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0) as client:
                 for prompt in prompts:
                     reply = await client.chat.completions.parse(
-                        model=MODEL, messages=[{"role": "user", "content": prompt}], response_format=Summary
+                        model=MODEL,
+                        messages=[{"role": "user", "content": prompt}],
+                        response_format=Summary,
                     )
                     parsed = reply.choices[0].message.parsed
                     assert parsed is not None and parsed.summary == REPLY["summary"]
@@ -225,9 +238,15 @@ def report(calls: int, rounds: int) -> bool:
 
 def main() -> int:
     """Command-line entry: run `report`, exit 1 when a target was missed."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=1000, help="model calls per timed run (default 1000)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the best counts (default 5)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--calls", type=int, default=1000, help="model calls per timed run (default 1000)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds; the best counts (default 3)"
+    )
     options = parser.parse_args()
     return 1 if report(options.calls, options.rounds) else 0
 

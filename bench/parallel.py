@@ -63,7 +63,9 @@ def reply(name: str) -> str:
     return f"v-{name}"
 
 
-def program(calls: list[tuple[str, str, str]], returned: list[str], *, history: bool = False) -> Case:
+def program(
+    calls: list[tuple[str, str, str]], returned: list[str], *, history: bool = False
+) -> Case:
     """A `Case` from (template text, rendered prompt, capture) per call and the captures it returns."""
     lines = ["> history: enabled"] if history else []
     lines += [template for template, _, _ in calls]
@@ -79,7 +81,9 @@ def program(calls: list[tuple[str, str, str]], returned: list[str], *, history: 
 def independent(count: int) -> Case:
     """`count` one-capture calls that use nothing from each other."""
     names = [f"r{i}" for i in range(1, count + 1)]
-    calls = [(f">> Independent call {n}: [{n}: str].", f"Independent call {n}: [{n}].", n) for n in names]
+    calls = [
+        (f">> Independent call {n}: [{n}: str].", f"Independent call {n}: [{n}].", n) for n in names
+    ]
     return program(calls, names)
 
 
@@ -93,7 +97,11 @@ def chains(count: int, steps: int, *, history: bool = False) -> Case:
             if step > 1:
                 template, after = f" after <{previous}>", f" after {reply(previous)}"
             calls.append(
-                (f">> Chain {chain} step {step}{template}: [{name}: str].", f"Chain {chain} step {step}{after}: [{name}].", name)
+                (
+                    f">> Chain {chain} step {step}{template}: [{name}: str].",
+                    f"Chain {chain} step {step}{after}: [{name}].",
+                    name,
+                )
             )
     return program(calls, [f"c{chain}s{steps}" for chain in range(1, count + 1)], history=history)
 
@@ -146,7 +154,10 @@ def in_source_order(case: Case, records: list[dict[str, Any]]) -> bool:
         for name, prompt in zip(case.captures[:index], case.prompts[:index], strict=True):
             expected += [prompt, {name: reply(name)}]
         expected.append(case.prompts[index])
-        sent = [m["content"] if m["role"] == "user" else json.loads(m["content"]) for m in record["messages"]]
+        sent = [
+            m["content"] if m["role"] == "user" else json.loads(m["content"])
+            for m in record["messages"]
+        ]
         if sent != expected:
             return False
     return True
@@ -163,7 +174,12 @@ def timed_runs(cases: dict[str, tuple[Case, str, int]], rounds: int) -> dict[str
 
 def report(rounds: int, delay_ms: float) -> list[Row]:
     """Time the three comparisons (see the module docs); return their rows."""
-    flat, grid, one, shared = independent(16), chains(4, 4), chains(1, 4), chains(4, 4, history=True)
+    flat, grid, one, shared = (
+        independent(16),
+        chains(4, 4),
+        chains(1, 4),
+        chains(4, 4, history=True),
+    )
     with tempfile.TemporaryDirectory(prefix="kedi-bench-") as folder:
         models = {
             case.source: write_script(case, delay_ms, Path(folder) / f"script{index}.json")
@@ -175,7 +191,11 @@ def report(rounds: int, delay_ms: float) -> list[Row]:
             "1 chain of 4, sequential": (one, models[one.source], 0),
             f"4 chains of 4, parallel={WORKERS}": (grid, models[grid.source], WORKERS),
             "4x4 + history (one lane), sequential": (shared, models[shared.source], 0),
-            f"4x4 + history (one lane), parallel={WORKERS}": (shared, models[shared.source], WORKERS),
+            f"4x4 + history (one lane), parallel={WORKERS}": (
+                shared,
+                models[shared.source],
+                WORKERS,
+            ),
         }
         runs = timed_runs(cases, rounds)
     best = {label: min(r.wall for r in label_runs) for label, label_runs in runs.items()}
@@ -185,21 +205,52 @@ def report(rounds: int, delay_ms: float) -> list[Row]:
     ordered = all(in_source_order(shared, r.records) for label in labels[4:] for r in runs[label])
     return [
         *(Row(label, best[label] * 1e3, "ms") for label in labels),
-        Row("speed-up, 16 independent: sequential / parallel", speedup, "x", f">= {SPEEDUP_TARGET:g}x", speedup >= SPEEDUP_TARGET),
-        Row("4 chains parallel / 1 chain sequential", chains_ratio, "x", f"<= {CHAINS_TARGET:g}x", chains_ratio <= CHAINS_TARGET),
-        Row("4x4 + history: parallel / sequential (serialized)", best[labels[5]] / best[labels[4]], "x"),
-        Row(f"4x4 + history: lane in source order: {'yes' if ordered else 'NO'}", float(ordered), "", "yes", ordered),
+        Row(
+            "speed-up, 16 independent: sequential / parallel",
+            speedup,
+            "x",
+            f">= {SPEEDUP_TARGET:g}x",
+            speedup >= SPEEDUP_TARGET,
+        ),
+        Row(
+            "4 chains parallel / 1 chain sequential",
+            chains_ratio,
+            "x",
+            f"<= {CHAINS_TARGET:g}x",
+            chains_ratio <= CHAINS_TARGET,
+        ),
+        Row(
+            "4x4 + history: parallel / sequential (serialized)",
+            best[labels[5]] / best[labels[4]],
+            "x",
+        ),
+        Row(
+            f"4x4 + history: lane in source order: {'yes' if ordered else 'NO'}",
+            float(ordered),
+            "",
+            "yes",
+            ordered,
+        ),
     ]
 
 
 def main() -> int:
     """Run the comparisons, print them, and return 1 if a target was missed."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best counts (default 3)")
-    parser.add_argument("--delay-ms", type=float, default=200, help="simulated latency per call (default 200)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds; the best counts (default 3)"
+    )
+    parser.add_argument(
+        "--delay-ms", type=float, default=200, help="simulated latency per call (default 200)"
+    )
     options = parser.parse_args()
     rows = report(options.rounds, options.delay_ms)
-    print_rows(f"parallel speed-ups ({options.delay_ms:g} ms per call, wall, best of {options.rounds} rounds)", rows)
+    print_rows(
+        f"parallel speed-ups ({options.delay_ms:g} ms per call, wall, best of {options.rounds} rounds)",
+        rows,
+    )
     return 1 if any(not row.ok for row in rows) else 0
 
 

@@ -233,10 +233,12 @@ class KediExecutionError(KediError):
             if trace.snippet:
                 out.append(f"    \u2771 {trace.python_line} {trace.snippet}")
         original = self.original
-        # Name the Python exception that caused the failure; kedi's own signals
-        # (type checks, adapter errors) are named by this error's class.
-        foreign = original is not None and not type(original).__module__.startswith("kedi")
-        kind = type(original).__name__ if foreign else type(self).__name__
+        # Name what caused the failure (a Python exception, an adapter error);
+        # kedi's internal signals (type checks) are named by this error's class.
+        named = original is not None and (
+            isinstance(original, KediError) or not type(original).__module__.startswith("kedi")
+        )
+        kind = type(original).__name__ if named else type(self).__name__
         heading = "Inline Python error" if self.python_traces else "Kedi error"
         out += ["", f"{heading}: {kind}"]
         out += [f"  {line}" for line in self.message.splitlines() or [""]]

@@ -96,6 +96,10 @@ def test_the_api_and_the_runtime_compute_the_same_lane_key(script: Any) -> None:
     assert contents(conversation.messages(adapter="offline", settings={"effort": "high"}))[0] == "plain"
     assert contents(conversation.messages(model=f"script:{adapter.path}")) == ["via script", "scripted"]
     assert conversation.messages() == [] and len(conversation.lanes) == 3
+    with pytest.raises(kedi.KediUsageError, match="settings must be a mapping of model settings, not list"):
+        conversation.messages(settings=[("temperature", 0.5)])  # type: ignore[arg-type]
+    with pytest.raises(kedi.KediConfigError, match="unknown adapter 'nope'"):
+        conversation.lane_for(adapter="nope", model="m")
 
 
 class Recorder(OfflineAdapter):
@@ -343,6 +347,13 @@ def test_a_saved_pydantic_ai_conversation_continues_after_loading() -> None:
     prompts = [part.content for m in seen[-1] for part in m.parts if isinstance(part, UserPromptPart)]
     answers = [part.content for m in seen[-1] for part in m.parts if isinstance(part, TextPart)]
     assert (prompts, answers) == (["first", "second", "third"], ["reply 1", "reply 2"])
+
+    # A native lane can also be seeded with its serialized form, never with kedi Messages.
+    seeded = kedi.Conversation()
+    lane = seeded.seed(document["lanes"][0]["messages"], adapter=fresh)
+    assert lane.key.format == "pydantic-ai" and list(lane.messages) == list(conversation.lanes[lane.key].messages)
+    with pytest.raises(kedi.HistoryError, match="holds pydantic-ai messages, not kedi Messages"):
+        seeded.seed([Message(role="user", content="hi")], adapter=fresh)
 
 
 def test_saved_conversations_hold_no_settings_values() -> None:

@@ -154,6 +154,7 @@ class Lane:
     """One adapter/model/settings/tools partition of a conversation."""
 
     def __init__(self, key: LaneKey, conversation_id: str, messages: Sequence[Any] = (), epoch: int = 0) -> None:
+        """A lane of `conversation_id` holding `messages` (copied into a new list) at `epoch`."""
         self.key = key
         self.conversation_id = conversation_id
         self._messages: list[Any] = list(messages)
@@ -165,6 +166,7 @@ class Lane:
         self._abandoned: set[int] = set()
 
     def __repr__(self) -> str:
+        """`Lane(<label>, <n> messages, epoch <e>)`."""
         return f"Lane({self.key.label()}, {len(self._messages)} messages, epoch {self.epoch})"
 
     # ---------------------------------------------------------------- reading
@@ -320,6 +322,14 @@ def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     return adapter  # type: ignore[no-any-return]
 
 
+def _key_for(adapter: Any, model: str | None, settings: Mapping[str, Any] | None) -> tuple[LaneOwner, LaneKey]:
+    """The adapter and lane key a run with these arguments uses for tool-free calls."""
+    if settings is not None and not isinstance(settings, Mapping):
+        raise KediUsageError(f"settings must be a mapping of model settings, not {type(settings).__name__}")
+    owner = resolve_adapter(adapter, model)
+    return owner, LaneKey.for_call(owner, settings or {})
+
+
 class Conversation:
     """All history of one run, or of an embedder's explicit conversation.
 
@@ -328,6 +338,7 @@ class Conversation:
     """
 
     def __init__(self, conversation_id: str | None = None) -> None:
+        """A conversation with no lanes yet; its id is fresh (UUIDv7) unless given."""
         if conversation_id is None:
             from kedi.history.identity import new_id
 
@@ -338,6 +349,7 @@ class Conversation:
         self._lanes: dict[LaneKey, Lane] = {}
 
     def __repr__(self) -> str:
+        """`Conversation('<id>', <n> lanes)`."""
         return f"Conversation({self.conversation_id!r}, {len(self._lanes)} lanes)"
 
     def lane(self, key: LaneKey) -> Lane:
@@ -361,7 +373,9 @@ class Conversation:
 
     # ------------------------------------------------------------ by adapter/model
 
-    def lane_for(self, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None) -> Lane:
+    def lane_for(
+        self, *, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> Lane:
         """The lane a run's tool-free calls use with this `adapter`, `model` and `settings`.
 
         Arguments mean what they mean to `program.run` (names, or an adapter
@@ -370,7 +384,7 @@ class Conversation:
         included when one is set. Calls with tools in scope use other lanes
         (the tool contract is part of the key): find them in `lanes`.
         """
-        return self.lane(LaneKey.for_call(resolve_adapter(adapter, model), settings or {}))
+        return self.lane(_key_for(adapter, model, settings)[1])
 
     def seed(
         self,
@@ -387,8 +401,8 @@ class Conversation:
         its adapter's serialized form (dicts), loaded with `load_messages`.
         See `Lane.seed` for epochs and validation.
         """
-        owner = resolve_adapter(adapter, model)
-        lane = self.lane(LaneKey.for_call(owner, settings or {}))
+        owner, key = _key_for(adapter, model, settings)
+        lane = self.lane(key)
         if lane.key.format != PORTABLE and not isinstance(messages, str | bytes | Mapping):
             messages = list(messages)
             if messages and all(isinstance(item, Mapping) for item in messages):
@@ -400,8 +414,7 @@ class Conversation:
         self, *, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None
     ) -> list[Any]:
         """The committed messages of the lane `lane_for(adapter, model, settings)` (empty if unused)."""
-        key = LaneKey.for_call(resolve_adapter(adapter, model), settings or {})
-        lane = self._lanes.get(key)
+        lane = self._lanes.get(_key_for(adapter, model, settings)[1])
         return list(lane.messages) if lane is not None else []
 
     # ------------------------------------------------------------ persistence

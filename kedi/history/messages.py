@@ -397,7 +397,9 @@ def as_messages(history: Iterable[Message | Mapping[str, Any]]) -> list[Message]
     return list(iter_messages(history))
 
 
-def history_tail(history: Iterable[Message | Mapping[str, Any]], count: int) -> tuple[int, list[Message]]:
+def history_tail(
+    history: Iterable[Message | Mapping[str, Any]], count: int
+) -> tuple[int, list[Message]]:
     """The length of `history` and its last `count` items as `Message` objects.
 
     Items before the tail are not inspected, and a sequence (a list, a lane

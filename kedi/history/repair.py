@@ -76,9 +76,9 @@ class _Pairing:
     """The C3 walk, fed one message at a time so callers filter and repair in one pass.
 
     Open calls form one LIFO stack per id, kept as a linked list over parallel
-    arrays (`below[p]` is the open call under call `p`), so the walk allocates
-    nothing per message and touches each message once: linear, and light on
-    the garbage collector and the memory cache.
+    arrays (`below[p]` is the open call under call `p`), so the walk creates no
+    objects per message and reads each message once: linear, and light on the
+    garbage collector and the memory cache.
     """
 
     __slots__ = ("_answered", "_below", "_opened", "_opened_at", "_top", "kept", "report")
@@ -127,7 +127,9 @@ class _Pairing:
         for position, closed in enumerate(self._answered):
             if not closed:
                 call = self._opened[position]
-                synthesized.setdefault(self._opened_at[position], []).append(interrupted_result(call))
+                synthesized.setdefault(self._opened_at[position], []).append(
+                    interrupted_result(call)
+                )
                 self.report.synthesized.append(call.id)
         if not synthesized:
             return self.kept, self.report
@@ -183,7 +185,9 @@ def _without_unsafe_parts(message: Message, index: int, unsafe: list[UnsafePart]
             safe.append(part)
         else:
             unsafe.append(UnsafePart(index, part.kind, scheme))
-    return message if len(safe) == len(message.parts) else message.model_copy(update={"parts": safe})
+    return (
+        message if len(safe) == len(message.parts) else message.model_copy(update={"parts": safe})
+    )
 
 
 def sanitize_history(messages: HistoryInput) -> tuple[list[Message], SanitizeReport]:

@@ -106,8 +106,8 @@ def budget_history(counter: TokenCounter | None, max_tokens: int) -> Processor:
             start = _first_opening(history, start)
             if start == len(history):
                 raise HistoryError(
-                    "budget_history left no messages: no message may open the window "
-                    "(all are tool results or assistant messages with tool calls)"
+                    "budget_history left no messages: none of the remaining messages may open "
+                    "the window (each is a tool result or an assistant message with tool calls)"
                 )
             window = history[start:]
             tokens = count(window)

@@ -172,17 +172,20 @@ class CallLayer:
                 f"`compaction_mode: native` is not available for adapter {adapter.shortname!r} "
                 f"model {adapter.model_name!r}; kedi never substitutes a summarizer"
             )
+        output = output_spec(outputs) if outputs else None
+        processor = bounded_processor(self.history_processor, history.max_messages, history.max_tokens)
         lane = self.conversation.lane(key) if history.enabled else None
+        # The ticket is taken last: once taken, only `execute` releases it.
         return PreparedCall(
             adapter=adapter,
-            output=output_spec(outputs) if outputs else None,
+            output=output,
             settings=settings,
             tools=tools,
             key=key,
             lane=lane,
             ticket=lane.reserve() if lane is not None else -1,
             origin=f"{span.path}:{span.line}",
-            processor=bounded_processor(self.history_processor, history.max_messages, history.max_tokens),
+            processor=processor,
         )
 
     async def execute(self, call: PreparedCall, render: Callable[[], Awaitable[tuple[str, str]]]) -> Any:

@@ -89,7 +89,14 @@ def test_portable_lanes_load_without_any_adapter_module() -> None:
 
 
 def pydantic_messages() -> list[Any]:
-    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
 
     return [
         ModelRequest(parts=[UserPromptPart("Weather in Oslo?")], run_id="r1", conversation_id="conv-1"),

@@ -214,7 +214,12 @@ def test_estimate_tokens_counts_content_calls_and_thinking() -> None:
 
 def test_trim_validates_only_the_kept_tail_and_names_original_indices() -> None:
     # Trimming runs before validation (C6): what it cuts is never inspected.
-    history: list[Any] = [{"role": "narrator"}, "junk", {"role": "user", "content": "1"}, reply("2")]
+    history: list[Any] = [
+        {"role": "narrator"},
+        "junk",
+        {"role": "user", "content": "1"},
+        reply("2"),
+    ]
     assert trim_history(2)(history) == [user("1"), reply("2")]
     with pytest.raises(HistoryError, match="^history message 1 is a str; expected a kedi Message"):
         trim_history(3)(history)
