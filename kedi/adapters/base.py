@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from kedi.errors import CapabilityError
+from kedi.history.processors import check_not_reentrant
 
 JSONDict = dict[str, Any]
 
@@ -218,8 +219,6 @@ class Adapter(ABC):
         `CapabilityError` for a request the adapter cannot represent; an error
         too when the adapter is called from inside its own history processor.
         """
-        from kedi.history.processors import check_not_reentrant
-
         check_not_reentrant(self)
         if request.output is not None and not self.profile.structured_output:
             raise CapabilityError(

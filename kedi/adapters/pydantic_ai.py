@@ -184,7 +184,8 @@ class PydanticAdapter(Adapter):
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
         )
         self._agents: dict[
-            tuple[tuple[str, str, str], ...], Agent[Mapping[str, ToolHandler], Any]
+            tuple[tuple[tuple[str, str, str], ...], type[Any] | None],
+            Agent[Mapping[str, ToolHandler], Any],
         ] = {}
 
     def __repr__(self) -> str:
@@ -226,15 +227,11 @@ class PydanticAdapter(Adapter):
         options = _run_options(request.settings, self._model)
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
-        output_type: Any = (
-            str if request.output is None else _output_type(request.output, self.output_mode)
-        )
         with capture_run_messages() as captured, _mapped_errors(call, captured):
-            result = await self._agent(request.tools).run(
+            result = await self._agent(request.tools, request.output).run(
                 request.prompt,
                 message_history=history,
                 instructions=request.instructions or None,
-                output_type=output_type,
                 model_settings=options.model_settings,
                 usage_limits=options.usage_limits,
                 retries=options.retries,
@@ -252,15 +249,24 @@ class PydanticAdapter(Adapter):
             rewrites=call.rewrites,
         )
 
-    def _agent(self, tools: Sequence[ToolSpec]) -> Agent[Mapping[str, ToolHandler], Any]:
-        """The agent of a tool contract, built once."""
+    def _agent(
+        self, tools: Sequence[ToolSpec], output: OutputSpec | None
+    ) -> Agent[Mapping[str, ToolHandler], Any]:
+        """The agent of a tool contract and output type, built once.
+
+        The output type goes to the agent, not to each run: Pydantic AI
+        rebuilds a run's output schema (TypeAdapter, JSON Schema) on every
+        run that passes one.
+        """
         contract = tuple(
             (t.name, t.description, json.dumps(t.parameters, sort_keys=True)) for t in tools
         )
-        agent = self._agents.get(contract)
+        key = (contract, None if output is None else output.model)
+        agent = self._agents.get(key)
         if agent is None:
-            agent = self._agents[contract] = Agent(
+            agent = self._agents[key] = Agent(
                 self._model,
+                output_type=str if output is None else _output_type(output, self.output_mode),
                 deps_type=Mapping[str, ToolHandler],
                 tools=[_tool(spec) for spec in tools],
                 capabilities=list(self.capabilities) or None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -52,7 +51,8 @@ def new_id() -> str:
     rand_a = rand >> 62
     rand_b = rand & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-    return str(uuid.UUID(int=value))
+    digits = f"{value:032x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def resolve_run_id(explicit: str | None = None) -> str:

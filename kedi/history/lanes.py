@@ -76,6 +76,9 @@ class LaneOwner(Protocol):
         """Inverse of `dump_messages`."""
 
 
+_NO_SETTINGS = canonical_digest({})
+
+
 @dataclass(frozen=True, slots=True)
 class LaneKey:
     """What separates lanes: change any part and calls go to another lane."""
@@ -105,7 +108,7 @@ class LaneKey:
         return cls(
             adapter.shortname,
             adapter.model_name,
-            canonical_digest(dict(settings)),
+            canonical_digest(dict(settings)) if settings else _NO_SETTINGS,
             mcp=mcp_digest,
             tools=tools_digest,
             format=adapter.profile.message_format,

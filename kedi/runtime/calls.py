@@ -214,9 +214,10 @@ class CallLayer:
         run_id = new_id()
         conversation_id = self.conversation.conversation_id
         history_on = call.lane is not None
-        prompt = await self._run_hooks(
-            PromptEvent(prompt, call.origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
-        )
+        if self.hooks:
+            prompt = await self._run_hooks(
+                PromptEvent(prompt, call.origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
+            )
         request = CallRequest(
             prompt=prompt,
             instructions=instructions,

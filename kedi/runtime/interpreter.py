@@ -496,13 +496,12 @@ class Interpreter:
         """Resolve a Kedi type expression in `scope` (None means `str`)."""
         if expr is None:
             return str
-        frame = Frame(scope, AgentState(), None)
         namespace: dict[str, Any] | None = None
 
         def evaluate(code: ast.PythonCode) -> Any:
             nonlocal namespace
             if namespace is None:
-                namespace = self.namespace(frame)
+                namespace = self.namespace(Frame(scope, AgentState(), None))
             return self.bridge.evaluate(code, namespace)
 
         try:

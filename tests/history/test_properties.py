@@ -115,7 +115,7 @@ def assert_pair_valid(history: list[Message]) -> None:
     assert calls == results, "a call was left unanswered"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories)
 def test_repair_is_pair_valid_idempotent_and_pure(history: list[dict[str, Any]]) -> None:
     before = copy.deepcopy(history)
@@ -133,7 +133,7 @@ def test_repair_is_pair_valid_idempotent_and_pure(history: list[dict[str, Any]])
     assert second == HistoryRepair(truncated=report.truncated)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories)
 def test_sanitize_keeps_only_web_urls_and_is_idempotent_and_pure(
     history: list[dict[str, Any]],
@@ -162,7 +162,7 @@ def test_sanitize_keeps_only_web_urls_and_is_idempotent_and_pure(
     assert second.repair == HistoryRepair(truncated=report.repair.truncated)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories, st.integers(min_value=1, max_value=30))
 def test_trim_respects_its_bound_and_boundary(history: list[dict[str, Any]], limit: int) -> None:
     before = copy.deepcopy(history)
@@ -181,7 +181,7 @@ def test_trim_respects_its_bound_and_boundary(history: list[dict[str, Any]], lim
         assert may_open_window(trimmed[0])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories, st.integers(min_value=1, max_value=60))
 def test_budget_respects_its_bound_and_boundary(history: list[dict[str, Any]], budget: int) -> None:
     full = [Message.model_validate(m) for m in history]
@@ -214,7 +214,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.one_of(
         st.text(),
@@ -228,7 +228,7 @@ def test_raw_args_round_trip_through_json(raw: str) -> None:
     assert Message.model_validate(json.loads(text)) == message
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(json_values)
 def test_json_args_values_round_trip(value: Any) -> None:
     data = {"role": "assistant", "toolCalls": [{"id": "c", "name": "f", "args": value}]}
