@@ -35,6 +35,18 @@ _SECRET_KEY = re.compile(r"(^|_)(key|token|secret|password|authorization|credent
 
 
 @dataclass(frozen=True, slots=True)
+class _AgentPlan:
+    """The per-agent-state part of a prepared call."""
+
+    adapter: Adapter
+    settings: Mapping[str, Any]
+    tools: tuple[ToolSpec, ...]
+    key: LaneKey
+    history: bool
+    processor: Callable[..., Any] | None
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedCall:
     """A call fixed at its place in the source: adapter, schema, tools, lane ticket."""
 
@@ -127,6 +139,7 @@ class CallLayer:
         """Set by a parallel run: bounds model requests in flight."""
         self._adapters: dict[tuple[Any, Any], Adapter] = {}
         self._tool_builder: ToolBuilder | None = None
+        self._plans: dict[int, tuple[AgentState, _AgentPlan]] = {}
         self._noticed = False
 
     # ------------------------------------------------------------------ adapters
@@ -160,33 +173,51 @@ class CallLayer:
         Takes the call's ticket on its lane, so calls sharing a lane run their
         transactions in source order whatever order they are executed in.
         """
+        plan = self._plan(interp, agent)
+        lane = self.conversation.lane(plan.key) if plan.history else None
+        # The ticket is taken last: once taken, only `execute` releases it.
+        return PreparedCall(
+            adapter=plan.adapter,
+            output=output_spec(outputs) if outputs else None,
+            settings=plan.settings,
+            tools=plan.tools,
+            key=plan.key,
+            lane=lane,
+            ticket=lane.reserve() if lane is not None else -1,
+            origin=f"{span.path}:{span.line}",
+            processor=plan.processor,
+        )
+
+    def _plan(self, interp: Interpreter, agent: AgentState) -> _AgentPlan:
+        """What an agent state means for calls: adapter, settings, tools, lane key.
+
+        Agent states are immutable and shared by every call in their scope, so
+        the plan is computed once per state object (checked by identity).
+        """
+        cached = self._plans.get(id(agent))
+        if cached is not None and cached[0] is agent:
+            return cached[1]
         adapter = self.adapter_for(agent.adapter, agent.model)
         settings = dict(agent.settings)
         if agent.effort is not None:
             settings["effort"] = agent.effort
         tools, tools_digest = self._tools(interp, agent.tools)
-        key = LaneKey.for_call(adapter, settings, tools_digest=tools_digest)
         history = agent.history
         if history.compaction_mode == "native":
             raise CapabilityError(
                 f"`compaction_mode: native` is not available for adapter {adapter.shortname!r} "
                 f"model {adapter.model_name!r}; kedi never substitutes a summarizer"
             )
-        output = output_spec(outputs) if outputs else None
-        processor = bounded_processor(self.history_processor, history.max_messages, history.max_tokens)
-        lane = self.conversation.lane(key) if history.enabled else None
-        # The ticket is taken last: once taken, only `execute` releases it.
-        return PreparedCall(
+        plan = _AgentPlan(
             adapter=adapter,
-            output=output,
             settings=settings,
             tools=tools,
-            key=key,
-            lane=lane,
-            ticket=lane.reserve() if lane is not None else -1,
-            origin=f"{span.path}:{span.line}",
-            processor=processor,
+            key=LaneKey.for_call(adapter, settings, tools_digest=tools_digest),
+            history=history.enabled,
+            processor=bounded_processor(self.history_processor, history.max_messages, history.max_tokens),
         )
+        self._plans[id(agent)] = (agent, plan)
+        return plan
 
     async def execute(self, call: PreparedCall, render: Callable[[], Awaitable[tuple[str, str]]]) -> Any:
         """Run a prepared call; return the captures (dict) or the reply text.

@@ -70,6 +70,7 @@ class Interpreter:
         self.env[RESERVED_ARGS] = Args(args)
         self.calls = calls
         """The model-call layer (`kedi.runtime.calls.CallLayer`)."""
+        self._snippets: dict[int, str] = {}
         self.limiter = anyio.CapacityLimiter(parallel) if parallel > 0 else None
         """Bounds model calls in flight; None runs calls sequentially."""
 
@@ -140,8 +141,7 @@ class Interpreter:
 
     async def _template(self, node: ast.Template, frame: Frame) -> None:
         with trace.frame("template", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
-            captures = [seg for row in node.rows for seg in row.segments if isinstance(seg, ast.Capture)]
-            outputs = [(c.name, self.resolve_type_in(c.type, frame.scope)) for c in captures]
+            outputs = [(c.name, self.resolve_type_in(c.type, frame.scope)) for c in _captures(node)]
             result = await self._model_call(node.rows, outputs or None, frame, node.span)
             if outputs:
                 call = result if isinstance(result, ScheduledCall) else None
@@ -609,7 +609,10 @@ class Interpreter:
         """The source line where `span` starts."""
         if span is None or span.line < 1:
             return ""
-        return self.source.line_text(span.line).strip()
+        text = self._snippets.get(span.line)
+        if text is None:
+            text = self._snippets[span.line] = self.source.line_text(span.line).strip()
+        return text
 
 
 class Frame:
@@ -633,6 +636,18 @@ class Frame:
 _PROFILE_MEMBERS = frozenset({"adapter", "model", "effort", "system", "settings", "history", "tools"})
 _BUILTIN_SHADOW_SAFE = frozenset({"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"})
 _DECLARATIONS = (ast.Procedure, ast.CustomType, ast.ProfileDef, ast.Directive, ast.SystemDirective, ast.Use)
+
+
+_CAPTURES: dict[int, tuple[ast.Template, tuple[ast.Capture, ...]]] = {}
+
+
+def _captures(node: ast.Template) -> tuple[ast.Capture, ...]:
+    """The output fields of a template, in source order (computed once per node)."""
+    cached = _CAPTURES.get(id(node))
+    if cached is None or cached[0] is not node:
+        captures = tuple(seg for row in node.rows for seg in row.segments if isinstance(seg, ast.Capture))
+        cached = _CAPTURES[id(node)] = (node, captures)
+    return cached[1]
 
 
 def _no_python(code: ast.PythonCode) -> Any:
