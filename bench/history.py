@@ -60,12 +60,13 @@ class Row:
 
 
 def make_history(size: int) -> list[Message]:
-    """A realistic history of `size` messages, cycling through a 6-message turn.
+    """A repair-heavy history of `size` messages, cycling through a 6-message turn.
 
-    Each turn: a user prompt (every other one with an http part and an unsafe
-    file part), an assistant message with two calls (one with truncated args),
-    one result, a result for an unknown call, and the final reply; so repair
-    synthesizes one result and drops one per turn, and sanitize drops a part.
+    Each turn: a user prompt (every other one with an https part and an
+    unsafe file part), an assistant message with two calls (one with truncated
+    args), one result, a result for an unknown call, the reply and a user
+    follow-up; so repair synthesizes one result and drops one per turn, and
+    sanitize drops a part every other turn.
     """
     history: list[Message] = []
     turn = 0
@@ -84,7 +85,9 @@ def make_history(size: int) -> list[Message]:
         history += [
             Message(role="user", content=f"question {turn}", parts=parts, run_id=run),
             Message(role="assistant", tool_calls=calls, run_id=run),
-            Message(role="tool", tool_call_id=f"a{turn}", tool_name="lookup", content="found", run_id=run),
+            Message(
+                role="tool", tool_call_id=f"a{turn}", tool_name="lookup", content="found", run_id=run
+            ),
             Message(role="tool", tool_call_id=f"ghost{turn}", content="stray", run_id=run),
             Message(role="assistant", content=f"answer {turn}", run_id=run),
             Message(role="user", content="thanks", run_id=run),

@@ -6,6 +6,7 @@ and run in time linear in the history length.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,10 +87,13 @@ class _Pairing:
     def __init__(self) -> None:
         self.kept: list[Message] = []
         self.report = HistoryRepair()
+        # Per opened call, in compact arrays (no int object per entry): the
+        # call, its message's index in `kept`, the open call with the same id
+        # under it (-1 if none), and whether a result answered it.
         self._opened: list[ToolCall] = []
-        self._opened_at: list[int] = []  # per opened call: its message's index in `kept`
-        self._below: list[int] = []  # per opened call: the open call with its id under it, or -1
-        self._answered: list[bool] = []
+        self._opened_at = array("q")
+        self._below = array("q")
+        self._answered = bytearray()
         self._top: dict[str, int] = {}  # call id -> the nearest open call with that id
 
     def add(self, message: Message) -> None:
@@ -103,7 +107,7 @@ class _Pairing:
                     self._top[call_id] = len(self._opened)
                     self._opened.append(call)
                     self._opened_at.append(len(self.kept))
-                    self._answered.append(False)
+                    self._answered.append(0)
                     if is_truncated_args(call.args):
                         self.report.truncated.append(call_id)
         elif role == "tool":
@@ -111,7 +115,7 @@ class _Pairing:
             if nearest < 0:
                 self.report.dropped.append(message.tool_call_id)
                 return
-            self._answered[nearest] = True
+            self._answered[nearest] = 1
             under = self._below[nearest]
             if under < 0:
                 # Forget closed ids so the map holds only open calls: it stays

@@ -208,3 +208,19 @@ def test_parallel_context_manager_works_with_async_with() -> None:
             return await kedi.compile(">> A [a].\n>> B [b].\n= <a><b>").run(model="offline")
 
     assert anyio.run(main) == "ab"
+
+
+def test_prompt_hook_edit_is_what_history_processing_and_budgets_see() -> None:
+    seen: list[tuple[str, int]] = []
+
+    def processor(context):  # type: ignore[no-untyped-def]
+        seen.append((context.messages[-1].content, context.estimated_tokens))
+        return context.messages
+
+    long_prompt = "word " * 400
+    program = kedi.compile(f"[a] << {long_prompt}\n= <a>")
+    program.run_sync(model="offline", history_processor=processor)
+    program.run_sync(model="offline", history_processor=processor, hooks=[lambda e: "short"])
+    (original, original_tokens), (edited, edited_tokens) = seen
+    assert original.startswith("word word") and edited == "short"
+    assert edited_tokens < original_tokens / 10  # token estimates follow the edit
