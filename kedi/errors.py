@@ -36,7 +36,7 @@ thread boundaries intact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kedi.source import Span

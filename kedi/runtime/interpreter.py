@@ -25,8 +25,8 @@ from kedi.errors import (
 )
 from kedi.runtime import trace
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
-from kedi.runtime.scheduler import KediPromise, ScheduledCall, Scheduler
 from kedi.runtime.python_bridge import PythonBridge, PythonFailure
+from kedi.runtime.scheduler import KediPromise, ScheduledCall, Scheduler
 from kedi.runtime.scopes import AgentState, Args, HistoryPolicy, Profile, Scope, SystemText
 from kedi.runtime.types import (
     TypeCheckError,

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import anyio
 
+from kedi.errors import Diagnostic, KediCheckError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
@@ -29,7 +30,6 @@ from kedi.source import SourceFile
 from kedi.syntax import ast
 from kedi.syntax.checks import check_or_raise
 from kedi.syntax.directives import NOT_YET_SUPPORTED
-from kedi.errors import Diagnostic, KediCheckError
 
 
 def check_source(
