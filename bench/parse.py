@@ -9,6 +9,8 @@ It prints, in one run:
 * throughput (MB/s, µs per line) parsing a generated 10,000-line program and
   the whole documentation corpus, next to `ast.parse` on Python source of
   about the same size, with the kedi/ast time ratio per byte;
+* the same ratio for the lexer and LALR loop alone (every builder call replaced
+  by a no-op): the floor that no builder work can go below;
 * the time to import kedi's parser and parse a first program in a fresh
   process, with Lark's grammar cache cold (empty temporary directory) and warm.
 """
@@ -17,18 +19,26 @@ from __future__ import annotations
 
 import ast
 import os
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from kedi.source import SourceFile  # noqa: E402
+from kedi.syntax import ast as kedi_ast  # noqa: E402
 from kedi.syntax import parse  # noqa: E402
+from kedi.syntax._builder import Builder  # noqa: E402
+from kedi.syntax._grammar import BUILD, ParseTables, parse_tables  # noqa: E402
+from kedi.syntax.parser import feed, run  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "conformance" / "kedi-docs"
 PYTHON_SOURCES = (
@@ -93,41 +103,82 @@ def python_source(size: int) -> str:
     return "\n".join(chunks)
 
 
-def best_times(functions: list[Callable[[], object]], repeat: int) -> list[float]:
-    """Return each function's best wall time over `repeat` interleaved rounds.
+def timings(functions: list[Callable[[], object]], rounds: int) -> list[list[float]]:
+    """Return each function's wall times over `rounds` interleaved rounds.
 
-    Interleaving exposes kedi and `ast.parse` to the same machine load, and the
-    best round is the one least disturbed by it.
+    Interleaving exposes kedi and `ast.parse` to the same machine load.
     """
-    best = [float("inf")] * len(functions)
-    for _ in range(repeat):
-        for index, function in enumerate(functions):
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(rounds):
+        for function, spent in zip(functions, times, strict=True):
             started = time.perf_counter()
             function()
-            best[index] = min(best[index], time.perf_counter() - started)
-    return best
+            spent.append(time.perf_counter() - started)
+    return times
 
 
-def compare(label: str, sources: list[str], repeat: int) -> None:
-    """Print kedi and ast.parse throughput on `sources` and on Python of the same size."""
+@lru_cache(maxsize=1)
+def tables_without_builder() -> ParseTables:
+    """Return kedi's parse tables with every builder call replaced by a no-op."""
+    tables = parse_tables()
+    placeholder = kedi_ast.Text(value="", span=SourceFile("").span(0, 0))
+    return replace(
+        tables,
+        rules=[
+            (size, origin, mode, splice, (lambda _builder, _children: placeholder))
+            if mode == BUILD
+            else (size, origin, mode, splice, build)
+            for size, origin, mode, splice, build in tables.rules
+        ],
+    )
+
+
+def parse_without_builder(source: str) -> None:
+    """Lex and parse `source` without building nodes: the lexer and LALR loop alone."""
+    fed, added = feed(source)
+    run(tables_without_builder(), Builder(SourceFile(source), fed), fed, added)
+
+
+def compare(label: str, sources: list[str], rounds: int) -> None:
+    """Print kedi and ast.parse throughput on `sources` and on Python of the same size.
+
+    Ratios are per byte, from the best round of each (as the throughput figures)
+    and, less sensitive to when the load happens to drop, the median of the
+    per-round ratios.
+    """
     size = sum(len(text.encode()) for text in sources)
     lines = sum(text.count("\n") + 1 for text in sources)
     python = python_source(size)
     python_size = len(python.encode())
-    kedi, python_time = best_times(
-        [lambda: [parse(text) for text in sources], lambda: ast.parse(python)], repeat
+    kedi, floor, python_times = timings(
+        [
+            lambda: [parse(text) for text in sources],
+            lambda: [parse_without_builder(text) for text in sources],
+            lambda: ast.parse(python),
+        ],
+        rounds,
     )
-    ratio = (kedi / size) / (python_time / python_size)
+
+    def ratio(times: list[float]) -> str:
+        best = min(times) / size / (min(python_times) / python_size)
+        per_round = [
+            spent / size / (python_time / python_size)
+            for spent, python_time in zip(times, python_times, strict=True)
+        ]
+        return f"{best:.1f}x (median of rounds {statistics.median(per_round):.1f}x)"
+
+    best, python_time = min(kedi), min(python_times)
     print(f"{label}: {size:,} bytes, {lines:,} lines")
     print(
-        f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line"
-        f"  ({kedi * 1e3:.1f} ms)"
+        f"  kedi.parse  {size / best / 1e6:7.3f} MB/s  {best / lines * 1e6:7.1f} µs/line"
+        f"  ({best * 1e3:.1f} ms)"
     )
     print(
         f"  ast.parse   {python_size / python_time / 1e6:7.3f} MB/s"
         f"  (on {python_size:,} bytes of stdlib Python)"
     )
-    print(f"  kedi/ast time per byte: {ratio:.1f}x")
+    print(f"  kedi/ast time per byte: {ratio(kedi)}")
+    print(f"  lexer and LALR loop alone (no-op builder): {ratio(floor)}")
 
 
 STARTUP = """
@@ -135,7 +186,7 @@ import time
 started = time.perf_counter()
 from kedi.syntax import _grammar, parse
 imported = time.perf_counter()
-_grammar.lark_parser()
+_grammar.parse_tables()
 loaded = time.perf_counter()
 parse("> model: gpt-5\\n>> Hello <name> [reply]\\n= <reply>\\n")
 done = time.perf_counter()
@@ -157,10 +208,10 @@ def main() -> None:
     corpus = [path.read_text(encoding="utf-8") for path in sorted(CORPUS.glob("*.kedi"))]
     if not corpus:
         raise SystemExit(f"no corpus in {CORPUS}")
-    print(f"Python {sys.version.split()[0]}, best of several runs\n")
-    compare("generated program", [generated_program(10_000)], repeat=5)
+    print(f"Python {sys.version.split()[0]}, interleaved rounds\n")
+    compare("generated program", [generated_program(10_000)], rounds=9)
     print()
-    compare(f"documentation corpus ({len(corpus)} files)", corpus, repeat=10)
+    compare(f"documentation corpus ({len(corpus)} files)", corpus, rounds=15)
     print()
     with tempfile.TemporaryDirectory() as tmpdir:
         cold = startup(tmpdir)

@@ -1,12 +1,13 @@
 """Build `kedi.syntax.ast` nodes while the LALR parser reduces (no Lark tree).
 
-`Builder` has one method per grammar rule or alias, in grammar order; Lark calls
-it with the rule's children (tokens, including punctuation and layout, and the
-nodes already built). It picks the meaningful children, builds the node, and
-reports the errors that are easier to state here than in the grammar: names,
-signatures, custom types, directive body shapes, suites, module paths. Text and
-code inside rows (escapes, trimming, fences, docstrings, spans) are handled by
-`kedi.syntax._text`.
+`Builder` has one method per grammar rule or alias, in grammar order; the parse
+loop (`kedi.syntax.parser.run`) calls it with the rule's children (tokens,
+including punctuation and layout, and the nodes already built). It picks the
+meaningful children, builds the node, and reports the errors that are easier to
+state here than in the grammar: names, signatures, custom types, directive body
+shapes, suites, module paths. Text and code inside rows (escapes, trimming,
+fences, docstrings, spans) are handled by its base class
+`kedi.syntax._text.FedText`. One `Builder` serves one parse.
 """
 
 from __future__ import annotations
@@ -16,23 +17,55 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lark import Token
-
 from kedi.source import Span
 from kedi.syntax import ast
-from kedi.syntax._text import (
-    current_source,
-    docstring,
-    fence_code,
-    inline_code,
-    offset_span,
-    raw_line,
-    segments,
-    span_of,
-    string_literal,
-)
+from kedi.syntax._postlex import Token
+from kedi.syntax._text import FedText, constructor
 from kedi.syntax.diagnostics import DEFAULT_HINT, IDENTIFIER, NAME_HINT, SyntaxProblem
 from kedi.syntax.directives import DIRECTIVE_NAMES, SPECS
+
+# Every node the builder makes, with the fast constructor (see `constructor`).
+Argument = constructor(ast.Argument)
+Assign = constructor(ast.Assign)
+Auto = constructor(ast.Auto)
+BareBacktick = constructor(ast.BareBacktick)
+Call = constructor(ast.Call)
+Capture = constructor(ast.Capture)
+ConfigEntry = constructor(ast.ConfigEntry)
+CustomType = constructor(ast.CustomType)
+Directive = constructor(ast.Directive)
+EvalData = constructor(ast.EvalData)
+EvalMetric = constructor(ast.EvalMetric)
+EvalSuite = constructor(ast.EvalSuite)
+Export = constructor(ast.Export)
+Fence = constructor(ast.Fence)
+FieldDef = constructor(ast.FieldDef)
+Import = constructor(ast.Import)
+InlinePython = constructor(ast.InlinePython)
+Module = constructor(ast.Module)
+Optimize = constructor(ast.Optimize)
+Package = constructor(ast.Package)
+Param = constructor(ast.Param)
+Procedure = constructor(ast.Procedure)
+ProfileDef = constructor(ast.ProfileDef)
+PythonBlock = constructor(ast.PythonBlock)
+PythonStatement = constructor(ast.PythonStatement)
+RawInvoke = constructor(ast.RawInvoke)
+Rendered = constructor(ast.Rendered)
+Return = constructor(ast.Return)
+Row = constructor(ast.Row)
+Subst = constructor(ast.Subst)
+SystemDirective = constructor(ast.SystemDirective)
+Template = constructor(ast.Template)
+TestCase = constructor(ast.TestCase)
+TestSuite = constructor(ast.TestSuite)
+TypeLiteral = constructor(ast.TypeLiteral)
+TypeName = constructor(ast.TypeName)
+TypePython = constructor(ast.TypePython)
+TypeSubscript = constructor(ast.TypeSubscript)
+TypeUnion = constructor(ast.TypeUnion)
+Use = constructor(ast.Use)
+UseName = constructor(ast.UseName)
 
 _HEAD_NAME = re.compile(r"[>@~][ \t]*([^\s(:]*)")
 _LITERAL_BASES = frozenset({"Literal", "Annotated"})
@@ -81,14 +114,19 @@ class _Block:
     items: list[Any]
     span: Span
 
-    @classmethod
-    def of(cls, children: list[Any]) -> _Block:
-        """Build from `INDENT items... _DEDENT` children."""
-        return cls(children[0], _parts(children), span_of(children[1:]))
+
+@dataclass(slots=True)
+class _Target:
+    """An assignment target: `[name]` or `[name: Type]`."""
+
+    name: str
+    type: ast.TypeExpr | None
 
 
-class Builder:
+class Builder(FedText):
     """The parser's callbacks: grammar rule or alias name -> AST node."""
+
+    __slots__ = ()
 
     # ------------------------------------------------------------------ module
 
@@ -96,94 +134,102 @@ class Builder:
         body = _statements(_parts(children))
         if body and isinstance(body[0], ast.PythonBlock):
             body[0] = replace(body[0], prelude=True)
-        source = current_source()
-        return ast.Module(body=tuple(body), path=source.path, span=source.span(0, len(source.text)))
+        source = self.source
+        return Module(body=tuple(body), path=source.path, span=source.span(0, len(source.text)))
 
     # ------------------------------------------------------------------ statements
 
     def template(self, children: list[Any]) -> ast.Template:
         rows = tuple(part for part in _parts(children) if isinstance(part, ast.Row))
         if not rows:
-            raise _problem(children, "Empty template: `>>` needs prompt text")
-        return ast.Template(rows=rows, span=span_of(children))
+            raise self._problem(children, "Empty template: `>>` needs prompt text")
+        return Template(rows=rows, span=self.span_of(children))
 
     def raw_invoke(self, children: list[Any]) -> ast.RawInvoke:
-        (name, type_), *rows = _parts(children)
-        if type_ is not None and type_ != ast.TypeName(name="str"):
+        target, *rows = _parts(children)
+        name, type_ = target.name, target.type
+        if type_ is not None and type_ != TypeName(name="str"):
             raise SyntaxProblem(
                 type_.span,
                 "A raw invoke always binds `str`; it cannot have another type",
                 f"write `[{name}] << ...`, or use `>>` with `[{name}: ...]` for a typed answer",
             )
         if not rows:
-            raise _problem(children, "Empty raw invoke: `<<` needs prompt text")
+            raise self._problem(children, "Empty raw invoke: `<<` needs prompt text")
         for row in rows:
             _reject_captures(
                 row.segments,
                 "Output fields are not allowed in a raw `<<` prompt",
                 "a raw invoke binds the whole reply; use `>>` for output fields",
             )
-        return ast.RawInvoke(target=name, type=type_, rows=tuple(rows), span=span_of(children))
+        return RawInvoke(target=name, type=type_, rows=tuple(rows), span=self.span_of(children))
 
     def assign(self, children: list[Any]) -> ast.Assign:
-        (name, type_), *value = _parts(children)
-        return ast.Assign(
-            target=name, type=type_, value=_value(value, children), span=span_of(children)
+        # ASSIGN_OPEN target _RSQB _EQ value? (_NL | _BNL)
+        target = children[1]
+        return Assign(
+            target=target.name,
+            type=target.type,
+            value=self._value(children[4:-1], children),
+            span=self.span_of(children),
         )
 
-    def target(self, children: list[Any]) -> tuple[str, ast.TypeExpr | None]:
-        name, *type_ = _parts(children)
-        return _name(name, "identifier"), _top_type(type_[0]) if type_ else None
+    def target(self, children: list[Any]) -> _Target:
+        # NAME (_COLON type)?
+        name = self._name(children[0], "identifier")
+        return _Target(name, _top_type(children[2]) if len(children) > 1 else None)
 
     def return_(self, children: list[Any]) -> ast.Return:
-        return ast.Return(value=_value(_parts(children), children), span=span_of(children))
+        # _EQ value? (_NL | _BNL)
+        return Return(value=self._value(children[1:-1], children), span=self.span_of(children))
 
     def python_statement(self, children: list[Any]) -> ast.PythonStatement:
-        return ast.PythonStatement(code=inline_code(children[0]), span=span_of(children))
+        return PythonStatement(code=self.inline_code(children[0]), span=self.span_of(children))
 
     def python_block(self, children: list[Any]) -> ast.PythonBlock:
-        return ast.PythonBlock(code=fence_code(children[0]), span=span_of(children))
+        return PythonBlock(code=self.fence_code(children[0]), span=self.span_of(children))
 
     def rendered(self, children: list[Any]) -> ast.Rendered:
-        parts = segments(children)
+        parts = self.segments(children)
         _reject_captures(
             parts,
             "Output fields (`[name]`) are only allowed in `>>` templates",
             "write `\\[` for a literal bracket",
         )
-        return ast.Rendered(segments=parts, span=span_of(children))
+        return Rendered(segments=parts, span=self.span_of(children))
 
     def fence(self, children: list[Any]) -> ast.Fence:
-        return ast.Fence(code=fence_code(children[0]), span=span_of(children))
+        code = self.fence_code(children[0])
+        return Fence(code=code, span=code.span)
 
     def row(self, children: list[Any]) -> ast.Row:
-        return ast.Row(segments=segments(children), span=span_of(children))
+        return Row(segments=self.segments(children), span=self.span_of(children))
 
     def procedure(self, children: list[Any]) -> ast.Procedure:
         head, *parts = _parts(children)
-        name = _head_name(head, "procedure")
+        name = self._head_name(head, "procedure")
         params = tuple(part for part in parts if isinstance(part, ast.Param))
         _check_params(params, "parameter")
         rest = [part for part in parts if not isinstance(part, ast.Param)]
         block = rest.pop() if rest and isinstance(rest[-1], _Block) else None
         if block is None:
-            raise _problem(
+            raise self._problem(
                 children,
                 f"Procedure `{name}` needs an indented body",
                 "indent the body under the `@name(...):` line",
             )
-        return ast.Procedure(
+        return Procedure(
             name=name,
             params=params,
             returns=_top_type(rest[0]) if rest else None,
-            docstring=docstring(block.indent),
+            docstring=self.docstring(block.indent),
             body=tuple(_statements(block.items)),
-            span=span_of(children),
+            span=self.span_of(children),
         )
 
     def custom_type(self, children: list[Any]) -> ast.CustomType:
         head, *params = _parts(children)
-        name = _head_name(head, "type")
+        name = self._head_name(head, "type")
         _check_params(tuple(params), "field")
         for param in params:
             if param.default is not None and param.type is None:
@@ -193,61 +239,61 @@ class Builder:
                     f"annotate it: `{param.name}: Type = `default``",
                 )
         fields = tuple(
-            ast.FieldDef(name=p.name, type=p.type, default=p.default, span=p.span) for p in params
+            FieldDef(name=p.name, type=p.type, default=p.default, span=p.span) for p in params
         )
-        return ast.CustomType(name=name, fields=fields, span=span_of(children))
+        return CustomType(name=name, fields=fields, span=self.span_of(children))
 
     def block(self, children: list[Any]) -> _Block:
-        return _Block.of(children)
+        return self._block(children)
 
     def param(self, children: list[Any]) -> ast.Param:
-        token, *parts = _parts(children)
-        name = _name(token, "identifier")
-        type_: ast.TypeExpr | None = None
+        # NAME (_COLON type)? (_EQ (CODE | FENCE))?
+        token, *rest = children
+        name = self._name(token, "identifier")
+        type_ = _top_type(rest[1]) if rest and rest[0][0] == "_COLON" else None
         default: ast.PythonCode | None = None
-        for part in parts:
-            if isinstance(part, Token) and part.type == "FENCE":
-                raise _problem([part], "A default cannot be a fenced block", DEFAULT_HINT)
-            if isinstance(part, Token):
-                default = inline_code(part)
-            else:
-                type_ = _top_type(part)
-        return ast.Param(name=name, type=type_, default=default, span=span_of(children))
+        if rest and rest[-2][0] == "_EQ":
+            if rest[-1][0] == "FENCE":
+                raise self._problem(rest[-1:], "A default cannot be a fenced block", DEFAULT_HINT)
+            default = self.inline_code(rest[-1])
+        return Param(name=name, type=type_, default=default, span=self.span_of(children))
 
     # ------------------------------------------------------------------ directives
 
     def directive(self, children: list[Any]) -> ast.Directive:
         head, *parts = _parts(children)
-        name = _directive_name(head)
+        name = self._directive_name(head)
         value = next((part.segments for part in parts if isinstance(part, ast.Row)), None)
         body = parts[-1] if parts and isinstance(parts[-1], _Block) else None
         entries = _config(body, f"`> {name}:`") if body is not None else ()
         spec = SPECS.get(name)
         if value is not None and body is not None:
-            raise _problem(
+            raise self._problem(
                 children,
                 f"`> {name}:` has both a one-line value and an indented body",
                 "keep one of them",
             )
         if value is None and body is None:
-            raise _problem([head], f"`> {name}:` needs a value")
+            raise self._problem([head], f"`> {name}:` needs a value")
         if spec is not None and body is not None and not spec.accepts_config:
-            raise _problem(
+            raise self._problem(
                 children,
                 f"`> {name}:` takes a one-line value, not an indented body",
                 f"write `> {name}: value`",
             )
         if spec is not None and value is not None and not spec.accepts_line:
-            raise _problem(children, f"`> {name}:` needs an indented body of `key: value` settings")
+            raise self._problem(
+                children, f"`> {name}:` needs an indented body of `key: value` settings"
+            )
         _reject_captures(value or (), f"Output fields are not allowed in `> {name}:`")
-        return ast.Directive(name=name, value=value, config=entries, span=span_of(children))
+        return Directive(name=name, value=value, config=entries, span=self.span_of(children))
 
     def dir_body(self, children: list[Any]) -> _Block:
-        return _Block.of(children)
+        return self._block(children)
 
     def config_entry(self, children: list[Any]) -> ast.ConfigEntry:
         head, *parts = _parts(children)
-        key = str(head)[:-1].strip()
+        key = self.text(head)[:-1].strip()
         value: tuple[ast.Segment, ...] = ()
         items: tuple[str, ...] = ()
         for part in parts:
@@ -257,14 +303,14 @@ class Builder:
             else:
                 items = tuple(part.items)
         if value and items:
-            raise _problem(
+            raise self._problem(
                 children, f"`{key}:` has both a value and an indented list", "keep one of them"
             )
-        return ast.ConfigEntry(key=key, value=value, items=items, span=span_of(children))
+        return ConfigEntry(key=key, value=value, items=items, span=self.span_of(children))
 
     def raw_lines(self, children: list[Any]) -> _Block:
-        block = _Block.of(children)
-        block.items = [raw_line(line) for line in block.items]
+        block = self._block(children)
+        block.items = [self.raw_line(line) for line in block.items]
         return block
 
     def system(self, children: list[Any]) -> ast.SystemDirective:
@@ -272,14 +318,14 @@ class Builder:
         rows = [part for part in parts if isinstance(part, ast.Row)]
         block = [part for part in parts if isinstance(part, _Block)]
         if rows and block:
-            raise _problem(
+            raise self._problem(
                 children,
                 "`> system:` has both a one-line value and indented rows",
                 "keep one of them",
             )
         rows += block[0].items if block else []
         if not rows:
-            raise _problem([head], "`> system:` needs instruction text")
+            raise self._problem([head], "`> system:` needs instruction text")
         for row in rows:
             _reject_captures(
                 row.segments,
@@ -293,44 +339,49 @@ class Builder:
                         "Procedure calls are not allowed in `> system:` text",
                         "compute the text first: [text] = <proc()>, then use <text>",
                     )
-        return ast.SystemDirective(rows=tuple(rows), span=span_of(children))
+        return SystemDirective(rows=tuple(rows), span=self.span_of(children))
 
     def system_rows(self, children: list[Any]) -> _Block:
-        return _Block.of(children)
+        return self._block(children)
 
     def use(self, children: list[Any]) -> ast.Use:
         head, *parts = _parts(children)
         block = [part for part in parts if isinstance(part, _Block)]
         if block and len(parts) > 1:
-            raise _problem(children, "`> use:` takes either one name or an indented list, not both")
+            raise self._problem(
+                children, "`> use:` takes either one name or an indented list, not both"
+            )
         if not parts:
-            raise _problem([head], "`> use:` needs a name or an indented list of names")
-        return ast.Use(
+            raise self._problem([head], "`> use:` needs a name or an indented list of names")
+        return Use(
             names=tuple(block[0].items if block else parts),
             block=bool(block),
-            span=span_of(children),
+            span=self.span_of(children),
         )
 
     def name_list(self, children: list[Any]) -> _Block:
-        return _Block.of(children)
+        return self._block(children)
 
     def use_name(self, children: list[Any]) -> ast.UseName:
         token = children[0]
-        if token.type == "NAME":
-            return ast.UseName(name=str(token), span=span_of(children))
-        name = str(token)[1:-1].strip()
+        if token[0] == "NAME":
+            return UseName(name=self.text(token), span=self.span_of(children))
+        name = self.text(token)[1:-1].strip()
         if not is_identifier(name):
-            raise _problem(
+            raise self._problem(
                 children,
                 f"`{name}` is not a name",
                 "the backtick form names a tool or profile; it is not an expression",
             )
-        return ast.UseName(name=name, python=True, span=span_of(children))
+        return UseName(name=name, python=True, span=self.span_of(children))
 
     def profile(self, children: list[Any]) -> ast.ProfileDef:
-        _, name, *body = _parts(children)
+        _, token, *body = _parts(children)
+        name = self.text(token)
         if not body:
-            raise _problem(children, f"Profile `{name}` needs an indented body of `>` directives")
+            raise self._problem(
+                children, f"Profile `{name}` needs an indented body of `>` directives"
+            )
         members = []
         for item in body[0].items:
             if isinstance(item, ast.ConfigEntry):
@@ -342,66 +393,72 @@ class Builder:
                     "define profiles, imports and procedures at top level",
                 )
             members.append(item)
-        return ast.ProfileDef(
-            name=str(name),
-            docstring=docstring(body[0].indent),
+        return ProfileDef(
+            name=name,
+            docstring=self.docstring(body[0].indent),
             members=tuple(members),
-            span=span_of(children),
+            span=self.span_of(children),
         )
 
     def import_(self, children: list[Any]) -> ast.Import:
         _, path, *names = _parts(children)
-        selective = str(path).endswith(":")
-        module = str(path).rstrip(":").rstrip()
-        _check_module_path(path, module)
+        selective = self.text(path).endswith(":")
+        module = self.text(path).rstrip(":").rstrip()
+        self._check_module_path(path, module)
         if selective and not names:
-            raise _problem(
+            raise self._problem(
                 children,
                 f"`> import: {module}:` needs an indented list of names",
                 f"or write `> import: {module}` to import every export",
             )
         if names and not selective:
-            raise _problem(
+            raise self._problem(
                 children,
                 "Add `:` after the module path to import selected names",
                 f"write `> import: {module}:`",
             )
-        return ast.Import(
-            module=module, names=tuple(names[0].items) if names else None, span=span_of(children)
+        return Import(
+            module=module,
+            names=tuple(names[0].items) if names else None,
+            span=self.span_of(children),
         )
 
     def export(self, children: list[Any]) -> ast.Export:
         head, *parts = _parts(children)
-        star = any(isinstance(part, Token) for part in parts)
+        star = any(type(part) is tuple for part in parts)
         names = [part for part in parts if isinstance(part, ast.UseName)]
         for part in parts:
             if isinstance(part, _Block):
                 names += part.items
         if star and names:
-            raise _problem(children, "`> export: *` cannot also list names")
+            raise self._problem(children, "`> export: *` cannot also list names")
         if not star and not names:
-            raise _problem([head], "`> export:` needs `*` or an indented list of names")
-        return ast.Export(names=tuple(names), star=star, span=span_of(children))
+            raise self._problem([head], "`> export:` needs `*` or an indented list of names")
+        return Export(names=tuple(names), star=star, span=self.span_of(children))
 
     def package(self, children: list[Any]) -> ast.Package:
-        _, name, *body = _parts(children)
+        _, token, *body = _parts(children)
+        name = self.text(token)
         if not body:
-            raise _problem(children, f"Package `{name}` needs an indented body of manifest fields")
-        return ast.Package(
-            name=str(name), config=_config(body[0], "`> package:`"), span=span_of(children)
+            raise self._problem(
+                children, f"Package `{name}` needs an indented body of manifest fields"
+            )
+        return Package(
+            name=name, config=_config(body[0], "`> package:`"), span=self.span_of(children)
         )
 
     def optimize(self, children: list[Any]) -> ast.Optimize:
-        _, name, *template = _parts(children)
+        _, token, *template = _parts(children)
+        name = self.text(token)
         if not template:
-            raise _problem(children, f"`> optimize: {name}:` needs an indented template")
-        return ast.Optimize(name=str(name), template=template[0], span=span_of(children))
+            raise self._problem(children, f"`> optimize: {name}:` needs an indented template")
+        return Optimize(name=name, template=template[0], span=self.span_of(children))
 
     def optimize_rows(self, children: list[Any]) -> ast.Template:
         rows = tuple(_parts(children))
         if not rows:
-            raise _problem(children, "Empty template: `>>` needs prompt text")
-        return ast.Template(rows=rows, span=span_of(children[1:]))
+            raise self._problem(children, "Empty template: `>>` needs prompt text")
+        return Template(rows=rows, span=self.span_of(children[1:]))
 
     def auto(self, children: list[Any]) -> ast.Auto:
         lines: list[str] = []
@@ -409,27 +466,29 @@ class Builder:
             if isinstance(part, _Block):
                 lines += part.items
             else:
-                lines.append(raw_line(part))
+                lines.append(self.raw_line(part))
         if not lines:
-            raise _problem(children, "`> auto:` needs a specification")
-        return ast.Auto(spec="\n".join(lines), span=span_of(children))
+            raise self._problem(children, "`> auto:` needs a specification")
+        return Auto(spec="\n".join(lines), span=self.span_of(children))
 
     # ------------------------------------------------------------------ suites
 
     def test_suite(self, children: list[Any]) -> ast.TestSuite:
-        _, name, *body = _parts(children)
+        _, token, *body = _parts(children)
+        name = self.text(token)
         cases = []
-        for item in _suite_items(children, body, f"@test: {name}"):
+        for item in self._suite_items(children, body, f"@test: {name}"):
             if not isinstance(item, ast.TestCase):
                 raise SyntaxProblem(item.span, "A `@test:` block holds only `> case:` entries")
             cases.append(item)
-        return ast.TestSuite(procedure=str(name), cases=tuple(cases), span=span_of(children))
+        return TestSuite(procedure=name, cases=tuple(cases), span=self.span_of(children))
 
     def eval_suite(self, children: list[Any]) -> ast.EvalSuite:
-        _, name, *body = _parts(children)
+        _, token, *body = _parts(children)
+        name = self.text(token)
         datasets = []
         metric: ast.EvalMetric | None = None
-        for item in _suite_items(children, body, f"@eval: {name}"):
+        for item in self._suite_items(children, body, f"@eval: {name}"):
             if isinstance(item, ast.EvalData):
                 datasets.append(item)
             elif isinstance(item, ast.EvalMetric) and metric is None:
@@ -446,37 +505,40 @@ class Builder:
                     "Unknown directive in @eval body",
                     "an `@eval:` block holds `> data:`, `> test_data:` and one `> metric:`",
                 )
-        return ast.EvalSuite(
-            procedure=str(name), datasets=tuple(datasets), metric=metric, span=span_of(children)
+        return EvalSuite(
+            procedure=name, datasets=tuple(datasets), metric=metric, span=self.span_of(children)
         )
 
     def suite_body(self, children: list[Any]) -> _Block:
-        return _Block.of(children)
+        return self._block(children)
 
     def case(self, children: list[Any]) -> ast.TestCase:
-        _, name, *body = _parts(children)
+        _, token, *body = _parts(children)
+        name = self.text(token)
         if not body:
-            raise _problem(children, f"Case `{name}` needs an indented backtick line or fence")
-        return ast.TestCase(name=str(name), body=body[0], span=span_of(children))
+            raise self._problem(children, f"Case `{name}` needs an indented backtick line or fence")
+        return TestCase(name=name, body=body[0], span=self.span_of(children))
 
     def case_body(self, children: list[Any]) -> ast.PythonCode:
         (token,) = _parts(children)
-        return fence_code(token) if token.type == "FENCE" else inline_code(token)
+        return self.fence_code(token) if token[0] == "FENCE" else self.inline_code(token)
 
     def data(self, children: list[Any]) -> ast.EvalData:
-        head, name, *value = _parts(children)
+        head, token, *value = _parts(children)
+        name = self.text(token)
         if not value:
-            raise _problem(children, f"Dataset `{name}` needs an indented `= ...` body")
-        kind = "test_data" if "test_data" in head else "data"
-        return ast.EvalData(kind=kind, name=str(name), value=value[0], span=span_of(children))
+            raise self._problem(children, f"Dataset `{name}` needs an indented `= ...` body")
+        kind = "test_data" if "test_data" in self.text(head) else "data"
+        return EvalData(kind=kind, name=name, value=value[0], span=self.span_of(children))
 
     def metric(self, children: list[Any]) -> ast.EvalMetric:
-        _, name, *rest = _parts(children)
-        value = rest.pop() if rest and not isinstance(rest[-1], Token) else None
+        _, token, *rest = _parts(children)
+        name = self.text(token)
+        value = rest.pop() if rest and type(rest[-1]) is not tuple else None
         if value is None:
-            raise _problem(children, f"Metric `{name}` needs an indented `= ...` body")
-        dataset = str(rest[0]) if rest else None
-        return ast.EvalMetric(name=str(name), dataset=dataset, value=value, span=span_of(children))
+            raise self._problem(children, f"Metric `{name}` needs an indented `= ...` body")
+        dataset = self.text(rest[0]) if rest else None
+        return EvalMetric(name=name, dataset=dataset, value=value, span=self.span_of(children))
 
     def return_body(self, children: list[Any]) -> ast.Value:
         (ret,) = _parts(children)
@@ -485,73 +547,136 @@ class Builder:
     # ------------------------------------------------------------------ segments
 
     def bare_backtick(self, children: list[Any]) -> ast.BareBacktick:
-        return ast.BareBacktick(code=inline_code(children[0]), span=span_of(children))
+        code = self.inline_code(children[0])
+        return BareBacktick(code=code, span=code.span)
 
     def subst(self, children: list[Any]) -> ast.Subst:
-        return ast.Subst(name=str(children[1]), span=span_of(children))
+        return Subst(name=self.text(children[1]), span=self.span_of(children))
 
     def call(self, children: list[Any]) -> ast.Call:
-        name, *args = _parts(children)
+        token, *args = _parts(children)
+        name = self.text(token)
         if len(args) == 1 and not args[0].segments:
             args = []
         for arg in args:
             if not arg.segments:
-                raise _problem(
+                raise self._problem(
                     children,
                     f"Empty argument in the call to `{name}`",
                     "write `\\,` for a literal comma",
                 )
             _reject_captures(arg.segments, "Output fields are not allowed in call arguments")
-        return ast.Call(name=str(name), args=tuple(args), span=span_of(children))
+        return Call(name=name, args=tuple(args), span=self.span_of(children))
 
     def arg(self, children: list[Any]) -> ast.Argument:
-        span = span_of(children) if children else _NO_SPAN
-        return ast.Argument(segments=segments(children), span=span)
+        span = self.span_of(children) if children else _NO_SPAN
+        return Argument(segments=self.segments(children), span=span)
 
     def inline_python(self, children: list[Any]) -> ast.InlinePython:
-        return ast.InlinePython(code=inline_code(children[1]), span=span_of(children))
+        return InlinePython(code=self.inline_code(children[1]), span=self.span_of(children))
 
     def capture(self, children: list[Any]) -> ast.Capture:
-        name, *type_ = _parts(children)
-        return ast.Capture(
-            name=_name(name, "identifier"),
-            type=_top_type(type_[0]) if type_ else None,
-            span=span_of(children),
+        # _LSQB NAME (_COLON type)? _RSQB
+        return Capture(
+            name=self._name(children[1], "identifier"),
+            type=_top_type(children[3]) if len(children) > 3 else None,
+            span=self.span_of(children),
         )
 
     # ------------------------------------------------------------------ types
 
     def type_name(self, children: list[Any]) -> ast.TypeName:
-        return ast.TypeName(name=str(children[0]), span=span_of(children))
+        (token,) = children
+        return TypeName(name=self.fed[token[1] : token[2]], span=self.token_span(token))
 
     def type_subscript(self, children: list[Any]) -> ast.TypeSubscript:
         head, *args = _parts(children)
-        base = ast.TypeName(name=str(head), span=span_of([head]))
+        base = TypeName(name=self.text(head), span=self.token_span(head))
         if base.name.rsplit(".", 1)[-1] in _LITERAL_BASES:
             args = [
-                ast.TypeLiteral(value=_LITERAL_NAMES[arg.name], span=arg.span)
+                TypeLiteral(value=_LITERAL_NAMES[arg.name], span=arg.span)
                 if isinstance(arg, ast.TypeName) and arg.name in _LITERAL_NAMES
                 else arg
                 for arg in args
             ]
-        return ast.TypeSubscript(base=base, args=tuple(args), span=span_of(children))
+        return TypeSubscript(base=base, args=tuple(args), span=self.span_of(children))
 
     def type_python(self, children: list[Any]) -> ast.TypePython:
-        return ast.TypePython(code=inline_code(children[0]), span=span_of(children))
+        code = self.inline_code(children[0])
+        return TypePython(code=code, span=code.span)
 
     def type_literal(self, children: list[Any]) -> ast.TypeLiteral:
         token = children[0]
         value: str | int | float
-        if token.type == "NUMBER":
-            value = float(token) if any(char in token for char in ".eE") else int(token)
+        if token[0] == "NUMBER":
+            text = self.text(token)
+            value = float(text) if any(char in text for char in ".eE") else int(text)
         else:
-            value = string_literal(token)
-        return ast.TypeLiteral(value=value, span=span_of(children))
+            value = self.string_literal(token)
+        return TypeLiteral(value=value, span=self.span_of(children))
 
     def type_union(self, children: list[Any]) -> ast.TypeUnion:
-        return ast.TypeUnion(
-            options=tuple(_top_type(part) for part in _parts(children)), span=span_of(children)
+        return TypeUnion(
+            options=tuple(_top_type(part) for part in _parts(children)), span=self.span_of(children)
         )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _block(self, children: list[Any]) -> _Block:
+        """Build from `INDENT items... _DEDENT` children."""
+        return _Block(children[0], _parts(children), self.span_of(children[1:]))
+
+    def _problem(self, children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
+        return SyntaxProblem(self.span_of(children), message, hint)
+
+    def _name(self, token: Token, what: str) -> str:
+        name = self.text(token)
+        if not is_identifier(name):
+            raise self._problem([token], f"Invalid {what} `{name}`", NAME_HINT)
+        return name
+
+    def _head_name(self, token: Token, what: str) -> str:
+        match = _HEAD_NAME.match(self.text(token))
+        assert match is not None
+        name = match.group(1)
+        if not name:
+            raise self._problem([token], f"Missing {what} name")
+        if not is_identifier(name):
+            start = token[1] + match.start(1)
+            raise SyntaxProblem(
+                self.offset_span(start, start + len(name)),
+                f"Invalid {what} name `{name}`",
+                NAME_HINT,
+            )
+        return name
+
+    def _directive_name(self, token: Token) -> str:
+        name = self.text(token)[1:-1].strip()
+        if name not in DIRECTIVE_NAMES:
+            close = difflib.get_close_matches(name, sorted(DIRECTIVE_NAMES), n=1)
+            raise self._problem(
+                [token],
+                f"Unknown directive `> {name}:`",
+                f"did you mean `{close[0]}`?" if close else None,
+            )
+        return name
+
+    def _check_module_path(self, token: Token, module: str) -> None:
+        reason = _module_path_problem(module)
+        if reason:
+            raise self._problem([token], f"Invalid module path `{module}`: {reason}")
+
+    def _suite_items(self, children: list[Any], body: list[Any], head: str) -> list[Any]:
+        if not body:
+            raise self._problem(children, f"`{head}:` needs an indented body")
+        return body[0].items  # type: ignore[no-any-return]
+
+    def _value(self, parts: list[Any], children: list[Any]) -> ast.Value:
+        if parts:
+            return parts[0]  # type: ignore[no-any-return]
+        # `=` with nothing after it: an empty rendered value, placed right after the `=`.
+        equals = next(child for child in children if type(child) is tuple and child[0] == "_EQ")
+        return Rendered(segments=(), span=self.offset_span(equals[2], equals[2]))
 
 
 _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)
@@ -561,49 +686,10 @@ _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)
 
 def _parts(children: list[Any]) -> list[Any]:
     """The children that carry meaning: nodes and non-punctuation tokens."""
-    return [
-        child for child in children if not isinstance(child, Token) or child.type not in _STRUCTURE
-    ]
-
-
-def _problem(children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
-    return SyntaxProblem(span_of(children), message, hint)
+    return [child for child in children if type(child) is not tuple or child[0] not in _STRUCTURE]
 
 
 # ---------------------------------------------------------------------- names and checks
-
-
-def _name(token: Token, what: str) -> str:
-    name = str(token)
-    if not is_identifier(name):
-        raise _problem([token], f"Invalid {what} `{name}`", NAME_HINT)
-    return name
-
-
-def _head_name(token: Token, what: str) -> str:
-    match = _HEAD_NAME.match(token)
-    assert match is not None and token.start_pos is not None
-    name = match.group(1)
-    if not name:
-        raise _problem([token], f"Missing {what} name")
-    if not is_identifier(name):
-        start = token.start_pos + match.start(1)
-        raise SyntaxProblem(
-            offset_span(start, start + len(name)), f"Invalid {what} name `{name}`", NAME_HINT
-        )
-    return name
-
-
-def _directive_name(token: Token) -> str:
-    name = str(token)[1:-1].strip()
-    if name not in DIRECTIVE_NAMES:
-        close = difflib.get_close_matches(name, sorted(DIRECTIVE_NAMES), n=1)
-        raise _problem(
-            [token],
-            f"Unknown directive `> {name}:`",
-            f"did you mean `{close[0]}`?" if close else None,
-        )
-    return name
 
 
 def _check_params(params: tuple[ast.Param, ...], what: str) -> None:
@@ -640,16 +726,14 @@ def _module_path_problem(module: str) -> str | None:
     return None
 
 
-def _check_module_path(token: Token, module: str) -> None:
-    reason = _module_path_problem(module)
-    if reason:
-        raise _problem([token], f"Invalid module path `{module}`: {reason}")
-
-
 def _top_type(type_: ast.TypeExpr) -> ast.TypeExpr:
     if isinstance(type_, ast.TypeLiteral):
         raise SyntaxProblem(
             type_.span, "A literal is only valid inside `Literal[...]` or `Annotated[...]`"
+        )
+    if isinstance(type_, ast.TypeName) and type_.name == "...":
+        raise SyntaxProblem(
+            type_.span, "`...` is only valid as a type argument", "for example `tuple[int, ...]`"
         )
     return type_
 
@@ -670,12 +754,6 @@ def _statements(items: list[Any]) -> list[Any]:
     return items
 
 
-def _suite_items(children: list[Any], body: list[Any], head: str) -> list[Any]:
-    if not body:
-        raise _problem(children, f"`{head}:` needs an indented body")
-    return body[0].items  # type: ignore[no-any-return]
-
-
 def _config(body: _Block, owner: str) -> tuple[ast.ConfigEntry, ...]:
     for item in body.items:
         if not isinstance(item, ast.ConfigEntry):
@@ -693,11 +771,3 @@ def _mixed_body(item: Any, items: list[Any], owner: str) -> SyntaxProblem:
     if isinstance(item, ast.ConfigEntry):
         return SyntaxProblem(item.span, f"{owner} holds `>` directives, not `key: value` settings")
     return SyntaxProblem(item.span, f"{owner} holds `key: value` settings, not `>` directives")
-
-
-def _value(parts: list[Any], children: list[Any]) -> ast.Value:
-    if parts:
-        return parts[0]  # type: ignore[no-any-return]
-    # `=` with nothing after it: an empty rendered value, placed right after the `=`.
-    equals = next(child for child in children if isinstance(child, Token) and child.type == "_EQ")
-    return ast.Rendered(segments=(), span=offset_span(equals.end_pos, equals.end_pos))  # type: ignore[arg-type]

@@ -1,23 +1,37 @@
-"""Build the Lark parser for `grammar/kedi.lark`, once per process.
+"""Analyse `grammar/kedi.lark` with Lark once per process, and keep its tables.
 
-The parser is LALR(1) with the contextual lexer, so each parser state lexes only
-the terminals it can accept (text after `>>`, names after `<`, ...). Lark's
+Lark does the analysis: the LALR(1) parse table and, for the contextual lexer,
+the terminals each parser state accepts (in Lark's own priority order). Lark's
+runtime loop is not used: `kedi.syntax.parser` runs these tables itself, with
+no per-token objects, which is several times faster. `ParseTables` holds
+everything that loop needs as plain dicts, lists and compiled patterns. Lark's
 `cache=True` stores the analysed grammar in a temporary file, so a CLI start
 loads it instead of rebuilding the parse table.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from lark import Lark, Token
+from lark import Lark
 
-from kedi.syntax import ast
 from kedi.syntax._builder import Builder
-from kedi.syntax._postlex import layout
+from kedi.syntax._postlex import Token
 
 GRAMMAR_NAME = "kedi.lark"
+IGNORED = "WS"
+"""The one ignored terminal: spaces between tokens."""
+
+Match = Callable[[str, int], "re.Match[str] | None"]
+"""A compiled pattern's `match(text, pos)`: one lexer, for one set of parser states."""
+
+PASS, APPEND, LIST, BUILD = 0, 1, 2, 3
+"""What a reduction does with its children (`RuleShape.mode`)."""
 
 
 def grammar_path() -> Path:
@@ -35,11 +49,7 @@ def grammar_path() -> Path:
 
 
 def lark_options() -> dict[str, object]:
-    """Return the Lark options kedi's parser is built with.
-
-    Every token reaches the builder (`keep_all_tokens`), which computes spans
-    from the punctuation and layout tokens itself.
-    """
+    """Return the Lark options kedi's grammar is analysed with."""
     return {
         "parser": "lalr",
         "lexer": "contextual",
@@ -50,27 +60,170 @@ def lark_options() -> dict[str, object]:
 
 @lru_cache(maxsize=1)
 def lark_parser() -> Lark:
-    """Return the process-wide parser, loading it from Lark's cache when possible.
-
-    The `Builder` runs as Lark's inline transformer: nodes are built while the
-    parser reduces, with no intermediate tree.
-    """
+    """Return the process-wide Lark parser, loaded from Lark's cache when possible."""
     text = grammar_path().read_text(encoding="utf-8")
-    return Lark(text, cache=True, transformer=Builder(), **lark_options())  # type: ignore[arg-type]
+    return Lark(text, cache=True, **lark_options())  # type: ignore[arg-type]
 
 
-def parse_fed(fed: str) -> ast.Module:
-    """Parse `fed` (the source with one leading newline) into a `Module`.
+RuleShape = tuple[int, str, int, tuple[bool, ...] | None, Callable[..., Any] | None]
+"""One grammar rule as the parse loop uses it: ``(size, origin, mode, splice, build)``.
 
-    The caller sets the file the builder sees (`kedi.syntax._builder.building`).
+* `size`: how many symbols the rule pops;
+* `origin`: the nonterminal it produces (the goto key);
+* `mode`: `PASS` (the single child is the value: `_segment: TEXT | subst ...`,
+  `?type: type_atom`), `LIST` (a `_rule` or a Lark `*`/`+` helper: the value is
+  the list of children, spliced into the parent), `APPEND` (the `LIST` case
+  ``x: x item``, which appends to the list on the stack) or `BUILD` (a
+  `Builder` method);
+* `splice`: per child, whether it is a `LIST` value to splice in (None: none is);
+* `build`: the `Builder` method for `BUILD` rules.
+"""
 
-    The parser is driven token by token so that the layout pass can read the text
-    (it needs the row after a newline to recognise the indentation anomaly).
+
+@dataclass(slots=True)
+class ParseTables:
+    """Lark's LALR(1) tables for kedi's grammar, as plain data."""
+
+    start_state: int
+    end_state: int
+    actions: list[dict[str, int]]
+    """Per state: terminal -> shift target (>= 0) or ``~index`` of the rule to reduce."""
+    gotos: list[dict[str, int]]
+    """Per state: nonterminal -> the state after reducing to it."""
+    rules: list[RuleShape]
+    lexer_terminals: list[tuple[str, ...]]
+    """Per state: the terminal names its contextual lexer tries, in Lark's order."""
+    patterns: dict[str, str]
+    """Terminal name -> regular expression."""
+    root_terminals: tuple[str, ...]
+    """Every terminal in Lark's order: the lexer that names what an unexpected character starts."""
+    lexers: list[Match | None]
+    """Per state: its lexer's `match`, or None until `lexer` builds it."""
+    _compiled: dict[tuple[str, ...], Match] = field(default_factory=dict)
+
+    def lexer(self, state: int) -> Match:
+        """Return (and keep in `lexers`) the `match` of the contextual lexer for `state`."""
+        match = self.lexers[state] = self.compile(self.lexer_terminals[state])
+        return match
+
+    def compile(self, names: tuple[str, ...]) -> Match:
+        """Return one pattern trying `names` in order, each as a named group (built once)."""
+        match = self._compiled.get(names)
+        if match is None:
+            # Lark's own lexer: alternatives in priority order, the first that matches wins.
+            pattern = "|".join(f"(?P<{name}>{self.patterns[name]})" for name in names)
+            match = self._compiled[names] = re.compile(pattern).match
+        return match
+
+
+class ParseFailure(Exception):
+    """The parse loop's state where it failed.
+
+    `token` is the token the parser could not take, or the one an unexpected
+    character starts (None when no terminal at all matches at `pos`).
     """
-    interactive = lark_parser().parse_interactive(fed)
-    state = interactive.parser_state
-    feed = state.feed_token
-    for token in layout(interactive.lexer_thread.lex(state), fed):
-        feed(token)
-    end = len(fed) - 1
-    return feed(Token("$END", "", end, 0, 0, 0, 0, end), True)  # type: ignore[no-any-return]
+
+    def __init__(
+        self, token: Token | None, states: list[int], values: list[Any], pos: int = -1
+    ) -> None:
+        super().__init__(f"parse failure at offset {token[1] if token else pos}")
+        self.token = token
+        self.states = list(states)
+        self.values = list(values)
+        self.pos = pos
+
+    @classmethod
+    def lexical(
+        cls,
+        tables: ParseTables,
+        fed: str,
+        pos: int,
+        location: tuple[int, int],
+        states: list[int],
+        values: list[Any],
+    ) -> ParseFailure:
+        """Return the failure for a `pos` where no terminal of the current state matches.
+
+        Like Lark's contextual lexer, try every terminal (skipping spaces): what the
+        text starts there is a better report than "no terminal matches".
+        """
+        match = tables.compile(tables.root_terminals)
+        start = pos
+        while (found := match(fed, start)) is not None and found.lastgroup == IGNORED:
+            start = found.end()
+        if found is None:
+            return cls(None, states, values, pos)
+        token = (found.lastgroup or "", start, found.end(), *location)
+        return cls(token, states, values, pos)
+
+
+@lru_cache(maxsize=1)
+def parse_tables() -> ParseTables:
+    """Return the process-wide tables of `lark_parser()`."""
+    parser = lark_parser()
+    interactive = parser.parse_interactive("")
+    conf = interactive.parser_state.parse_conf
+    contextual = interactive.lexer_thread.lexer
+    count = max(conf.states) + 1
+    actions: list[dict[str, int]] = [{} for _ in range(count)]
+    gotos: list[dict[str, int]] = [{} for _ in range(count)]
+    rule_index: dict[Any, int] = {}
+    for state, row in conf.states.items():
+        for symbol, (action, target) in row.items():
+            if action.name == "Shift" and symbol.isupper():
+                actions[state][symbol] = target
+            elif action.name == "Shift":
+                gotos[state][symbol] = target
+            else:
+                actions[state][symbol] = ~rule_index.setdefault(target, len(rule_index))
+    lexers = contextual.lexers  # type: ignore[attr-defined]
+    return ParseTables(
+        start_state=conf.start_state,
+        end_state=conf.end_state,
+        actions=actions,
+        gotos=gotos,
+        rules=_rule_shapes(list(rule_index)),
+        lexer_terminals=[
+            tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
+        ],
+        patterns={terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
+        root_terminals=tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
+        lexers=[None] * count,
+    )
+
+
+def _rule_shapes(rules: list[Any]) -> list[RuleShape]:
+    """Turn Lark's rules into `RuleShape`s, following Lark's tree-shaping conventions."""
+    inline = {rule.origin.name for rule in rules if rule.origin.name.startswith("_")}
+    # An inline rule whose every expansion is one non-list symbol passes that symbol's
+    # value through; the others are lists. A rule is a list as soon as one expansion is.
+    listed: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for rule in rules:
+            name = rule.origin.name
+            if (
+                name in inline
+                and name not in listed
+                and (rule.alias or len(rule.expansion) != 1 or rule.expansion[0].name in listed)
+            ):
+                listed.add(name)
+                changed = True
+    shapes: list[RuleShape] = []
+    for rule in rules:
+        name = rule.alias or rule.origin.name
+        splice = tuple(symbol.name in listed for symbol in rule.expansion)
+        size = len(rule.expansion)
+        if rule.alias is None and (
+            (name in inline and name not in listed)
+            or (rule.options.expand1 and size == 1 and not any(splice))
+        ):
+            shapes.append((size, rule.origin.name, PASS, None, None))
+        elif rule.alias is None and name in inline:
+            mode = APPEND if splice == (True, False) else LIST
+            shapes.append((size, rule.origin.name, mode, splice if any(splice) else None, None))
+        else:
+            build = getattr(Builder, name)
+            shapes.append((size, rule.origin.name, BUILD, splice if any(splice) else None, build))
+    return shapes

@@ -1,13 +1,15 @@
 """The layout pass between the lexer and the parser: newlines, indentation, backticks.
 
+`Layout` keeps the state of one parse; the parse loop (`kedi.syntax.parser`)
+calls it for each newline run and for the few terminals in `Layout.SPECIAL`.
 The lexer produces one `_NL` token per newline run (the line break, any blank,
 comment and block-comment lines, and the next line's indentation). This pass:
 
 * retypes `_NL` as `_BNL` when the run crossed a blank line (a blank line always
   ends a `>>` template);
 * adds `INDENT` and `_DEDENT` tokens from the indentation, a tab counting as 4
-  columns; `INDENT` carries the newline run as its value, because a block's
-  docstring lives there;
+  columns; `INDENT` carries where its newline run starts, because a block's
+  docstring lives in that run;
 * keeps line breaks inside a procedure or custom-type signature as plain `_NL`
   tokens, with no indentation meaning (signatures may span lines);
 * accepts the documented indentation anomaly: a `>>` row written left of the
@@ -26,13 +28,22 @@ positions never swallow comments or the next line's indentation.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-
-from lark import Token
+from collections.abc import Iterator
 
 from kedi.syntax.diagnostics import SyntaxProblem
 
 TAB_WIDTH = 4
+
+Token = tuple[str, int, int, int, int]
+"""A token: ``(kind, start, end, line, base)``.
+
+`start` and `end` are offsets into the fed text; `line` is the 1-based source
+line of `start` and `base` the offset that makes its column: ``column = start -
+base``. An `INDENT` token carries a sixth item, the start of its newline run.
+"""
+
+MULTILINE = frozenset({"FENCE", "CODE", "STMT_CODE", "LINE_CONT"})
+"""The terminals, besides `_NL`, whose text may hold a line break (see grammar/kedi.lark)."""
 
 _SIGNATURE_OPENERS = frozenset({"PROC_HEAD", "TYPE_HEAD"})
 _INLINE_CODE = frozenset({"CODE", "STMT_CODE"})
@@ -45,57 +56,82 @@ def indent_width(indentation: str) -> int:
     return len(indentation) + (TAB_WIDTH - 1) * indentation.count("\t")
 
 
-def layout(tokens: Iterable[Token], text: str) -> Iterator[Token]:
-    """Yield the parser's token stream for the lexer's `tokens` over `text`."""
-    levels = [0]
-    in_signature = False
-    first = True
-    last_line_end = 0
-    for token in tokens:
-        kind = token.type
-        if kind != "_NL":
-            if kind in _INLINE_CODE and "\n" in token:
-                _check_multiline_code(token)
-            elif kind in _SIGNATURE_OPENERS:
-                in_signature = True
-            elif kind == "_RPAR":
-                in_signature = False
-            elif kind == "FENCE" and token[0] != "`":
-                token = _without_leading_space(token)
-            yield token
-            continue
+class Layout:
+    """The layout state of one parse: open indentation levels and signature mode."""
 
-        line_end = _content_end(text, token.start_pos)
-        last_line_end = line_end
-        blank = _crosses_blank_line(token)
-        if in_signature:
-            yield _layout_token("_BNL" if blank else "_NL", token, line_end)
-            continue
-        # The fed text's leading line break only carries the first line's indentation.
-        yield _layout_token("_BNL" if blank and not first else "_NL", token, line_end)
-        first = False
-        next_row = token.end_pos
-        if next_row >= len(text):
-            break
-        width = indent_width(token[token.rfind("\n") + 1 :])
-        if width < levels[-1] and text.startswith(">>", next_row):
-            width = _anomaly_width(text, next_row, width, levels)
+    __slots__ = ("text", "levels", "in_signature", "first", "last_line_end")
+
+    SPECIAL = _SIGNATURE_OPENERS | _INLINE_CODE | {"FENCE", "_RPAR"}
+    """The terminals, other than `_NL`, that `token` must see."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.levels = [0]
+        self.in_signature = False
+        self.first = True
+        self.last_line_end: Token = ("_DEDENT", 0, 0, 1, 0)
+
+    def token(self, kind: str, start: int, end: int) -> int:
+        """Check a `SPECIAL` token and return where it starts (a fence drops its leading spaces)."""
+        if kind in _INLINE_CODE:
+            if self.text.find("\n", start, end) != -1:
+                _check_multiline_code(self.text, start, end)
+        elif kind in _SIGNATURE_OPENERS:
+            self.in_signature = True
+        elif kind == "_RPAR":
+            self.in_signature = False
+        elif kind == "FENCE":
+            # The lexer lets a fence absorb the spaces after `=`, so that free text does not.
+            while self.text[start] != "`":
+                start += 1
+        return start
+
+    def newline(self, start: int, end: int, before: tuple[int, int]) -> Token:
+        """Return the `_NL` or `_BNL` token for the newline run ``[start, end)``.
+
+        `before` is the ``(line, base)`` of the line the run closes.
+        """
+        line_end = _content_end(self.text, start)
+        self.last_line_end = ("_DEDENT", line_end, line_end, *before)
+        blank = _crosses_blank_line(self.text, start, end)
+        if not self.in_signature:
+            # The fed text's leading line break only carries the first line's indentation.
+            blank = blank and not self.first
+            self.first = False
+        return ("_BNL" if blank else "_NL", line_end, line_end, *before)
+
+    def indentation(self, start: int, end: int, after: tuple[int, int]) -> Iterator[Token]:
+        """Yield the `INDENT` or `_DEDENT` tokens for the row after the newline run ``[start, end)``.
+
+        `after` is the ``(line, base)`` of that row. Inside a signature, line
+        breaks have no indentation meaning. A dedent to no enclosing level is
+        reported after the `_DEDENT` tokens, whose reductions may fail first.
+        """
+        if self.in_signature:
+            return
+        text = self.text
+        levels = self.levels
+        width = indent_width(text[text.rfind("\n", start, end) + 1 : end])
+        if width < levels[-1] and text.startswith(">>", end):
+            width = _anomaly_width(text, end, width, levels)
         if width > levels[-1]:
             levels.append(width)
-            yield _layout_token("INDENT", token, next_row)
-            continue
+            yield ("INDENT", end, end, *after, start)  # type: ignore[misc]
+            return
         open_levels = tuple(levels)
         while width < levels[-1]:
             levels.pop()
-            yield _layout_token("_DEDENT", token, line_end)
+            yield self.last_line_end
         if width != levels[-1]:
             raise SyntaxProblem(
-                (next_row - len(token) + token.rfind("\n") + 1, next_row),
+                (text.rfind("\n", start, end) + 1, end),
                 f"Unexpected dedent: an indentation of {_columns(width)} matches no enclosing block",
                 f"indent this line like one of the enclosing blocks ({', '.join(map(_columns, open_levels))})",
             )
-    for _ in levels[1:]:
-        yield _layout_token("_DEDENT", None, last_line_end)
+
+    def finish(self) -> list[Token]:
+        """Return the `_DEDENT` tokens that close the blocks still open at the end."""
+        return [self.last_line_end] * (len(self.levels) - 1)
 
 
 def _columns(width: int) -> str:
@@ -109,33 +145,12 @@ def _content_end(text: str, position: int) -> int:
     return position
 
 
-def _without_leading_space(token: Token) -> Token:
-    """Start a fence token at its backticks (the lexer lets it absorb the spaces after `=`)."""
-    value = token.lstrip(" \t")
-    start = token.end_pos - len(value)  # type: ignore[operator]
-    return Token(
-        token.type,
-        value,
-        start,
-        token.line,
-        token.column,
-        token.end_line,
-        token.end_column,
-        token.end_pos,
-    )
-
-
-def _layout_token(kind: str, newline: Token | None, position: int) -> Token:
-    value = str(newline) if newline is not None else ""
-    return Token(kind, value, position, 0, 0, 0, 0, position)
-
-
-def _crosses_blank_line(newline: Token) -> bool:
+def _crosses_blank_line(text: str, start: int, end: int) -> bool:
     """Tell whether a newline run holds a whitespace-only line outside block comments."""
-    if newline.count("\n") < 2:
+    if text.count("\n", start, end) < 2:
         return False
     in_block = False
-    for line in newline.split("\n")[1:-1]:
+    for line in text[start:end].split("\n")[1:-1]:
         stripped = line.strip()
         if stripped == "###":
             in_block = not in_block
@@ -153,12 +168,11 @@ def _anomaly_width(text: str, row: int, width: int, levels: list[int]) -> int:
     return next_width if next_width > width and next_width in levels else width
 
 
-def _check_multiline_code(token: Token) -> None:
+def _check_multiline_code(text: str, start: int, end: int) -> None:
     """Reject inline Python whose line break is not inside brackets or a triple-quoted string."""
-    if not _breaks_inside_brackets(str(token)[1:-1]):
-        assert token.start_pos is not None
+    if not _breaks_inside_brackets(text[start + 1 : end - 1]):
         raise SyntaxProblem(
-            (token.start_pos, token.start_pos + 1),
+            (start, start + 1),
             "Unclosed backtick: inline Python runs onto the next line",
             "close the backtick on this line; inline Python may continue on the next "
             "line only inside brackets, and a ``` fence holds a block",

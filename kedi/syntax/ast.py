@@ -12,7 +12,7 @@ whitespace trimmed, so later stages never re-parse source text.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import ClassVar, Literal
 
 from kedi.source import Span
 
@@ -87,7 +87,7 @@ class TypePython:
     span: Span = _span()
 
 
-TypeExpr = Union[TypeName, TypeLiteral, TypeSubscript, TypeUnion, TypePython]
+TypeExpr = TypeName | TypeLiteral | TypeSubscript | TypeUnion | TypePython
 
 
 # --------------------------------------------------------------------------- text segments
@@ -155,7 +155,7 @@ class Capture:
     span: Span = _span()
 
 
-Segment = Union[Text, Subst, Call, InlinePython, BareBacktick, Capture]
+Segment = Text | Subst | Call | InlinePython | BareBacktick | Capture
 
 
 @node
@@ -182,7 +182,7 @@ class Fence:
     span: Span = _span()
 
 
-Value = Union[Rendered, Fence]
+Value = Rendered | Fence
 
 
 # --------------------------------------------------------------------------- statements
@@ -403,7 +403,7 @@ class Auto:
     span: Span = _span()
 
 
-ProfileMember = Union[Directive, SystemDirective, Use]
+ProfileMember = Directive | SystemDirective | Use
 
 
 # --------------------------------------------------------------------------- suites
@@ -413,6 +413,9 @@ ProfileMember = Union[Directive, SystemDirective, Use]
 class TestCase:
     """`> case: name:` with a backtick line or a fence of assertions."""
 
+    __test__: ClassVar[bool] = False
+    """Not a pytest test class, although its name starts with `Test`."""
+
     name: str
     body: PythonCode
     span: Span = _span()
@@ -421,6 +424,9 @@ class TestCase:
 @node
 class TestSuite:
     """`@test: procedure:`."""
+
+    __test__: ClassVar[bool] = False
+    """Not a pytest test class, although its name starts with `Test`."""
 
     procedure: str
     cases: tuple[TestCase, ...]
@@ -457,27 +463,27 @@ class EvalSuite:
     span: Span = _span()
 
 
-Statement = Union[
-    Template,
-    RawInvoke,
-    Assign,
-    Return,
-    PythonStatement,
-    PythonBlock,
-    Procedure,
-    CustomType,
-    Directive,
-    SystemDirective,
-    Use,
-    ProfileDef,
-    Import,
-    Export,
-    Package,
-    Optimize,
-    Auto,
-    TestSuite,
-    EvalSuite,
-]
+Statement = (
+    Template
+    | RawInvoke
+    | Assign
+    | Return
+    | PythonStatement
+    | PythonBlock
+    | Procedure
+    | CustomType
+    | Directive
+    | SystemDirective
+    | Use
+    | ProfileDef
+    | Import
+    | Export
+    | Package
+    | Optimize
+    | Auto
+    | TestSuite
+    | EvalSuite
+)
 
 
 @node

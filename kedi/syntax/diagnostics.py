@@ -1,12 +1,13 @@
 """Turn every parse failure into a `KediSyntaxError` written in the user's words.
 
 Three things can fail while parsing: the lexer (no terminal matches here), the
-parser (a token is not allowed here) and kedi's own checks in the layout pass
-and the builder (`SyntaxProblem`). `syntax_error` is the only place that
-converts them. Lark failures are classified by what is at the error position
-and by the construct still open on the parser's stack (an unclosed `<`, a
-signature, a statement start...); `PHRASES` names every terminal in the user's
-words, so no terminal name, `Token(` or "Expected one of" reaches a message.
+parser (a token is not allowed here), both reported as a `ParseFailure`, and
+kedi's own checks in the layout pass and the builder (`SyntaxProblem`).
+`syntax_error` is the only place that converts them. Parse failures are
+classified by what is at the error position and by the construct still open on
+the parser's stack (an unclosed `<`, a signature, a statement start...);
+`PHRASES` names every terminal in the user's words, so no terminal name or
+"Expected one of" reaches a message.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-from lark import Token
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
-from lark.parsers.lalr_analysis import Shift
+from typing import TYPE_CHECKING, Any
 
 from kedi.errors import Diagnostic, KediSyntaxError
 from kedi.source import SourceFile, Span
+
+if TYPE_CHECKING:
+    from kedi.syntax._grammar import ParseFailure, ParseTables
+    from kedi.syntax._postlex import Token
 
 FEED_SHIFT = 1
 """How many characters `kedi.syntax.parser` puts in front of the source."""
@@ -42,9 +43,6 @@ class SyntaxProblem(Exception):
         self.message = message
         self.hint = hint
 
-
-PARSE_ERRORS = (LarkError, SyntaxProblem)
-"""Every exception `syntax_error` converts."""
 
 PHRASES = {
     "_NL": "end of line",
@@ -70,6 +68,7 @@ PHRASES = {
     "DOTTED": "a type",
     "STRING": "a string",
     "NUMBER": "a number",
+    "ELLIPSIS": "`...`",
     "CODE": "a `` `expression` ``",
     "STMT_CODE": "a `` `statement` `` line",
     "FENCE": "a ``` fence",
@@ -159,17 +158,16 @@ DEFAULT_HINT = "defaults are one-line backtick expressions: name: Type = `value`
 """The hint of every fenced-default diagnostic."""
 
 
-def syntax_error(error: Exception, source: SourceFile, fed: str) -> KediSyntaxError:
+def syntax_error(
+    error: ParseFailure | SyntaxProblem, tables: ParseTables, source: SourceFile, fed: str
+) -> KediSyntaxError:
     """Return the `KediSyntaxError` for a failure while parsing `fed` (the shifted source)."""
     if isinstance(error, SyntaxProblem):
         where = error.where
         span = where if isinstance(where, Span) else _span(source, *where)
         return _error(source, span, error.message, error.hint)
-    if isinstance(error, UnexpectedInput):
-        start, end, message, hint = _Failure.from_lark(error, fed).describe()
-        return _error(source, _span(source, start, end), message, hint)
-    # Lark raises nothing else while parsing an in-memory string with a valid grammar.
-    raise error
+    start, end, message, hint = _Failure.of(error, tables, fed).describe()
+    return _error(source, _span(source, start, end), message, hint)
 
 
 def _span(source: SourceFile, start: int, end: int) -> Span:
@@ -180,33 +178,30 @@ def _error(source: SourceFile, span: Span, message: str, hint: str | None) -> Ke
     return KediSyntaxError([Diagnostic(span, message, hint, source.line_text(span.line))])
 
 
-def _acceptable(state: Any) -> frozenset[str]:
-    """Return the terminals the parser can really shift in `state`.
+def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
+    """Return the terminals the parser can really shift on the state stack `states`.
 
-    LALR merges lookahead sets, so the terminals listed for a state (and in
-    Lark's `expected`) can include some that only a reduction would reject.
-    Replaying the reductions on a copy of the state stack, without running the
-    builder, keeps only the terminals that lead to a shift (or to the end).
+    LALR merges lookahead sets, so the terminals listed for a state can include
+    some that only a reduction would reject. Replaying the reductions on a copy
+    of the state stack, without running the builder, keeps only the terminals
+    that lead to a shift (or to the end).
     """
-    table = state.parse_conf.states
-    end_state = state.parse_conf.end_state
+    actions = tables.actions
     accepted = set()
-    for name in table[state.position]:
-        if not (name.isupper() or name == "$END"):
-            continue  # a rule name: a goto entry, not a terminal
-        stack = list(state.state_stack)
+    for name in actions[states[-1]]:
+        stack = list(states)
         while True:
-            action = table[stack[-1]].get(name)
+            action = actions[stack[-1]].get(name)
             if action is None:
                 break
-            if action[0] is Shift:
+            if action >= 0:
                 accepted.add(name)
                 break
-            rule = action[1]
-            if rule.expansion:
-                del stack[-len(rule.expansion) :]
-            stack.append(table[stack[-1]][rule.origin.name][1])
-            if name == "$END" and stack[-1] == end_state:
+            count, origin = tables.rules[~action][:2]
+            if count:
+                del stack[-count:]
+            stack.append(tables.gotos[stack[-1]][origin])  # type: ignore[index]
+            if name == "$END" and stack[-1] == tables.end_state:
                 accepted.add(name)
                 break
     return frozenset(accepted)
@@ -226,6 +221,8 @@ def describe_expected(names: Iterable[str]) -> str:
         names -= {"CODE", "FENCE_LIT", "_LT", "_LSQB", "LINE_CONT"}
     if "_BNL" in names:
         names.discard("_NL")
+    if "DOTTED" in names:
+        names.discard("ELLIPSIS")  # "a type" covers `tuple[int, ...]`'s `...`
     phrases += sorted({PHRASES[name] for name in names})
     if len(phrases) > 1:
         return ", ".join(phrases[:-1]) + " or " + phrases[-1]
@@ -245,17 +242,19 @@ class _Failure:
     stack: list[Any]
 
     @classmethod
-    def from_lark(cls, error: UnexpectedInput, fed: str) -> _Failure:
-        state = getattr(error, "state", None)
-        stack = list(getattr(state, "value_stack", None) or [])
-        expected = _acceptable(state) if state is not None else frozenset()
-        if isinstance(error, UnexpectedToken):
-            token = error.token
-            pos = token.start_pos if token.start_pos is not None else len(fed) - 1
-            length = 0 if token.type in _ZERO_WIDTH else len(token)
-            return cls(fed, pos, token.type, length, expected, stack)
-        assert isinstance(error, UnexpectedCharacters)
-        return cls(fed, error.pos_in_stream, None, 1, expected, stack)
+    def of(cls, failure: ParseFailure, tables: ParseTables, fed: str) -> _Failure:
+        """Read a `ParseFailure` of the parse of `fed`."""
+        expected = _acceptable(tables, failure.states)
+        token = failure.token
+        if token is not None:
+            kind, start, end = token[:3]
+            length = 0 if kind in _ZERO_WIDTH else end - start
+            return cls(fed, start, kind, length, expected, failure.values)
+        return cls(fed, failure.pos, None, 1, expected, failure.values)
+
+    def text(self, token: Token) -> str:
+        """Return the text of a token on the stack."""
+        return self.fed[token[1] : token[2]]
 
     # ------------------------------------------------------------------ description
 
@@ -308,7 +307,7 @@ class _Failure:
         start = self.pos + len(rest) - len(stripped)
         if stripped.startswith("```"):
             opener, _ = self._innermost_opener()
-            if opener is not None and opener.type in ("PROC_HEAD", "TYPE_HEAD"):
+            if opener is not None and opener[0] in ("PROC_HEAD", "TYPE_HEAD"):
                 return self._at(
                     "A default cannot be a fenced block", DEFAULT_HINT, start, start + 3
                 )
@@ -383,12 +382,11 @@ class _Failure:
             if self.kind is None and "NAME" in self.expected:
                 return self._bad_name()
             return None
-        assert isinstance(opener, Token)
-        start, end = opener.start_pos or 0, (opener.start_pos or 0) + 1
+        start, end = opener[1], opener[1] + 1
         bad_name = self._bad_name() if self.expected & {"NAME", "DOTTED"} else None
         if bad_name is not None:
             return bad_name
-        kind = opener.type
+        kind = opener[0]
         if kind == "_LT":
             return self._at(
                 f"Unbalanced `<`: expected `>` to close it, found {self.found}",
@@ -397,9 +395,9 @@ class _Failure:
                 end,
             )
         before = self.stack[index - 1] if index > 0 else None
-        if kind == "_LSQB" and isinstance(before, Token) and before.type == "DOTTED":
+        if kind == "_LSQB" and type(before) is tuple and before[0] == "DOTTED":
             return self._at(
-                f"Malformed type `{before}[...]`: expected {describe_expected(self.expected)}, "
+                f"Malformed type `{self.text(before)}[...]`: expected {describe_expected(self.expected)}, "
                 f"found {self.found}",
                 "for example `list[str]` or `dict[str, int]`",
             )
@@ -422,14 +420,14 @@ class _Failure:
             )
         if kind in ("PROC_HEAD", "TYPE_HEAD"):
             what = "signature" if kind == "PROC_HEAD" else "custom type"
-            name = str(opener).rstrip("( \t")
+            name = self.text(opener).rstrip("( \t")
             expected = describe_expected(self.expected - {"_NL", "_BNL"})
             return self._at(
                 f"Malformed {what} `{name}(...)`: expected {expected}, found {self.found}",
                 "parameters look like `name: Type = `default``",
             )
         callee = self.stack[index - 1] if index > 0 else None
-        name = f" to `{callee}`" if isinstance(callee, Token) and callee.type == "NAME" else ""
+        name = f" to `{self.text(callee)}`" if type(callee) is tuple and callee[0] == "NAME" else ""
         if self.fed.startswith("(", self.pos):
             return self._at(
                 f"Unescaped `(` in an argument of the call{name}",
@@ -445,17 +443,17 @@ class _Failure:
 
     def _last_token_type(self) -> str | None:
         last = self.stack[-1] if self.stack else None
-        return last.type if isinstance(last, Token) else None
+        return last[0] if type(last) is tuple else None
 
     def _innermost_opener(self) -> tuple[Token | None, int]:
         depth = 0
         for index in range(len(self.stack) - 1, -1, -1):
             item = self.stack[index]
-            if not isinstance(item, Token):
-                continue
-            if item.type in _CLOSERS:
+            if type(item) is not tuple:
+                continue  # a node or an inline rule's list
+            if item[0] in _CLOSERS:
                 depth += 1
-            elif item.type in _OPENERS:
+            elif item[0] in _OPENERS:
                 if depth == 0:
                     return item, index
                 depth -= 1
@@ -470,15 +468,15 @@ class _Failure:
     def _construct(self) -> str | None:
         """Name the statement or directive whose head is the last one on the stack."""
         for item in reversed(self.stack):
-            if isinstance(item, Token) and item.type in _CONSTRUCTS:
-                name = re.sub(r"^[@~>][ \t]*|[ \t]*[:(]$", "", str(item))
-                return _CONSTRUCTS[item.type].format(name)
+            if type(item) is tuple and item[0] in _CONSTRUCTS:
+                name = re.sub(r"^[@~>][ \t]*|[ \t]*[:(]$", "", self.text(item))
+                return _CONSTRUCTS[item[0]].format(name)
         return None
 
     def _open_statement(self) -> str | None:
         for item in reversed(self.stack):
-            if isinstance(item, Token) and (item.type in _STATEMENT_STARTS or item.type == "_RAW"):
-                return item.type
+            if type(item) is tuple and (item[0] in _STATEMENT_STARTS or item[0] == "_RAW"):
+                return item[0]  # type: ignore[no-any-return]
         return None
 
     def _statement_start(self) -> tuple[int, int, str, str | None] | None:

@@ -5,16 +5,37 @@ lexed like every other line (its indentation, comments and block comments sit in
 a `_NL` token), and with a final newline. CRLF line breaks are fed as
 space + LF and a leading byte-order mark as a line break, which keeps every
 offset the same as in the user's text.
+
+`run` is the parse loop: it lexes with the contextual lexer of the current
+parser state, passes newlines and a few other tokens through the layout pass,
+and shifts and reduces over Lark's LALR(1) tables, calling the builder on each
+reduction. Tokens are plain tuples (`kedi.syntax._postlex.Token`), and the
+loop tracks each token's line as it goes, so spans need no offset lookups.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from kedi.errors import KediUsageError
 from kedi.source import SourceFile
 from kedi.syntax import ast
-from kedi.syntax._grammar import parse_fed
-from kedi.syntax._text import building
-from kedi.syntax.diagnostics import PARSE_ERRORS, syntax_error
+from kedi.syntax._builder import Builder
+from kedi.syntax._grammar import (
+    APPEND,
+    BUILD,
+    IGNORED,
+    PASS,
+    ParseFailure,
+    ParseTables,
+    parse_tables,
+)
+from kedi.syntax._postlex import MULTILINE, Layout, Token
+from kedi.syntax.diagnostics import SyntaxProblem, syntax_error
+
+_SPECIAL = Layout.SPECIAL | MULTILINE | {IGNORED, "_NL"}
+"""The terminals the lexer loop does more with than make a token."""
 
 
 def parse(source: str, path: str | None = None) -> ast.Module:
@@ -31,14 +52,125 @@ def parse(source: str, path: str | None = None) -> ast.Module:
     if not isinstance(source, str):
         raise KediUsageError(f"kedi.parse expects source text (str), not {type(source).__name__}")
     file = SourceFile(source, path)
+    fed, added = feed(source)
+    tables = parse_tables()
+    try:
+        return run(tables, Builder(file, fed), fed, added)  # type: ignore[no-any-return]
+    except (ParseFailure, SyntaxProblem) as error:
+        raise syntax_error(error, tables, file, fed) from error
+
+
+def feed(source: str) -> tuple[str, int]:
+    """Return the text the lexer reads for `source`, and how many line breaks it adds in front."""
     fed = "\n" + source.replace("\r\n", " \n")
+    added = 1
     if fed.startswith("\ufeff", 1):
         # A byte-order mark is fed as an empty first line, which keeps every offset.
         fed = "\n\n" + fed[2:]
+        added = 2
     if not fed.endswith("\n"):
         fed += "\n"
-    try:
-        with building(file, fed):
-            return parse_fed(fed)
-    except PARSE_ERRORS as error:
-        raise syntax_error(error, file, fed) from error
+    return fed, added
+
+
+def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
+    """Parse `fed`, whose first `added` line breaks are not in the source; return the start value.
+
+    Raises:
+        ParseFailure: No terminal matches, or the parser cannot take a token.
+        SyntaxProblem: The layout pass or the builder rejected the program.
+    """
+    actions, gotos, rules, end_state = tables.actions, tables.gotos, tables.rules, tables.end_state
+    states = [tables.start_state]
+    values: list[Any] = []
+    for token in _tokens(tables, fed, added, states, values):
+        kind = token[0]
+        while True:
+            try:
+                action = actions[states[-1]][kind]
+            except KeyError:
+                raise ParseFailure(token, states, values) from None
+            if action >= 0:
+                states.append(action)
+                values.append(token)
+                break
+            count, origin, mode, splice, build = rules[~action]
+            if mode == PASS:
+                states[-1] = gotos[states[-2]][origin]
+                continue
+            if mode == APPEND:
+                item = values.pop()
+                values[-1].append(item)
+                del states[-1]
+                states[-1] = gotos[states[-2]][origin]
+                continue
+            if count:
+                children = values[-count:]
+                del values[-count:]
+                del states[-count:]
+            else:
+                children = []
+            if splice is not None:
+                children = _spliced(children, splice)
+            values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]
+            goto = gotos[states[-1]][origin]
+            states.append(goto)
+            if goto == end_state:
+                break  # `start` is reduced only before `$END`, the last token
+    return values[-1]
+
+
+def _tokens(
+    tables: ParseTables, fed: str, added: int, states: list[int], values: list[Any]
+) -> Iterator[Token]:
+    """Lex `fed` and yield the parser's tokens, layout tokens included.
+
+    The lexer reads `states` to lex each token with the current state's terminals;
+    `values` is only read to report a failure.
+    """
+    lexers = tables.lexers
+    layout = Layout(fed)
+    size = len(fed)
+    pos = 0
+    # The source line of `pos`, and the offset its columns count from.
+    line, base = 1 - added, 0
+    while pos < size:
+        state = states[-1]
+        match = (lexers[state] or tables.lexer(state))(fed, pos)
+        if match is None:
+            raise ParseFailure.lexical(tables, fed, pos, (line, base), states, values)
+        kind: str = match.lastgroup  # type: ignore[assignment]
+        end = match.end()
+        if kind not in _SPECIAL:
+            yield (kind, pos, end, line, base)
+        elif kind == "_NL":
+            # The closing newline is parsed (and the row it ends built) before the next
+            # row's indentation is judged, so errors come in source order.
+            yield layout.newline(pos, end, (line, base))
+            line += fed.count("\n", pos, end)
+            # The fed text's own leading line breaks start no source line.
+            base = fed.rfind("\n", pos, end) if line > 1 else 0
+            if end >= size:
+                break
+            yield from layout.indentation(pos, end, (line, base))
+        elif kind != IGNORED:
+            start = layout.token(kind, pos, end)
+            yield (kind, start, end, line, base)
+            if kind in MULTILINE and (breaks := fed.count("\n", start, end)):
+                line += breaks
+                base = fed.rfind("\n", start, end)
+        pos = end
+    yield from layout.finish()
+    yield ("$END", size - 1, size - 1, line, base)
+
+
+def _spliced(children: list[Any], splice: tuple[bool, ...]) -> list[Any]:
+    """Splice the list values of inline rules into `children`, reusing a leading one."""
+    # A left-recursive helper (`__row_plus: __row_plus _segment`) grows its own list.
+    spliced: list[Any] = children[0] if splice[0] else [children[0]]
+    for child, flat in zip(children[1:], splice[1:], strict=True):
+        if flat:
+            spliced += child
+        else:
+            spliced.append(child)
+    return spliced

@@ -453,6 +453,22 @@ CASES = [
         id="unclosed-type-bracket",
     ),
     pytest.param(
+        "[x: ...] = `1`\n",
+        1,
+        5,
+        "`...` is only valid as a type argument",
+        "for example `tuple[int, ...]`",
+        id="ellipsis-as-a-type",
+    ),
+    pytest.param(
+        "@f() -> int | ...:\n  = x\n",
+        1,
+        15,
+        "`...` is only valid as a type argument",
+        "for example `tuple[int, ...]`",
+        id="ellipsis-in-a-union",
+    ),
+    pytest.param(
         "= <f(a, )>\n",
         1,
         3,
