@@ -1,4 +1,4 @@
-"""Build `kedi.syntax.ast` nodes while the LALR parser reduces (no Lark tree).
+"""Build `kedi.syntax.ast` nodes while the LALR parser reduces (no parse tree).
 
 `Builder` has one method per grammar rule or alias, in grammar order; the parse
 loop (`kedi.syntax.parser.run`) calls it with the rule's children (tokens,
@@ -108,7 +108,7 @@ def is_identifier(name: str) -> bool:
 
 @dataclass(slots=True)
 class _Block:
-    """An indented body: its items, its `INDENT` token (whose value may hold a docstring), its span."""
+    """An indented body: its items, its `INDENT` token (its newline run may hold a docstring), its span."""
 
     indent: Token
     items: list[Any]

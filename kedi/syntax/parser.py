@@ -104,14 +104,17 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                 del states[-1]
                 states[-1] = gotos[states[-2]][origin]
                 continue
-            if count:
+            if not count:
+                children = []
+            elif splice is None:
                 children = values[-count:]
+            elif count == 1:
+                children = values[-1]  # one inline rule's list: the children themselves
+            else:
+                children = _spliced(values[-count:], splice)
+            if count:
                 del values[-count:]
                 del states[-count:]
-            else:
-                children = []
-            if splice is not None:
-                children = _spliced(children, splice)
             values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]
             goto = gotos[states[-1]][origin]
             states.append(goto)
