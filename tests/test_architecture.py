@@ -152,23 +152,6 @@ def test_every_module_has_a_layer() -> None:
     assert not unplaced, f"G1: give these modules a layer in tests/test_architecture.py: {unplaced}"
 
 
-KNOWN_VIOLATIONS = {
-    # Known G1 violations, reported to the lead; each entry is one (importer,
-    # target) pair, so a new upward import still fails. Remove an entry once
-    # the import is gone (a test below insists).
-    #
-    # history -> adapters: `AdapterProfile` as a TYPE_CHECKING-only annotation.
-    ("kedi.history.lanes", "kedi.adapters.base"),
-    # history -> adapters: `resolve_adapter` builds a run's adapter with
-    # `create_adapter` (lazily) so a Conversation can find its lanes; the
-    # registry lookup belongs in the runtime, which may import adapters.
-    ("kedi.history.lanes", "kedi.adapters"),
-    # history -> adapters: loading a saved native lane looks up its adapter's
-    # serializer with `adapter_class` (lazily); same fix as above.
-    ("kedi.history.persistence", "kedi.adapters"),
-}
-
-
 def _upward(edge: Edge) -> str | None:
     """Why `edge` breaks G1, or None when it points down."""
     layer = layer_of(edge.importer)
@@ -179,19 +162,8 @@ def _upward(edge: Edge) -> str | None:
 
 def test_imports_point_down_the_layers() -> None:
     """G1: no module imports a layer above it."""
-    violations = [
-        why
-        for edge in KEDI_EDGES
-        if (why := _upward(edge)) and (edge.importer, edge.target) not in KNOWN_VIOLATIONS
-    ]
+    violations = [why for edge in KEDI_EDGES if (why := _upward(edge))]
     assert not violations, "G1: imports that point up the layers:\n" + "\n".join(violations)
-
-
-def test_known_violations_are_still_real() -> None:
-    """Each KNOWN_VIOLATIONS entry still names an upward import, or it must go."""
-    upward = {(e.importer, e.target) for e in KEDI_EDGES if _upward(e)}
-    stale = KNOWN_VIOLATIONS - upward
-    assert not stale, f"fixed: remove {sorted(stale)} from KNOWN_VIOLATIONS"
 
 
 def test_runtime_imports_no_concrete_adapter() -> None:

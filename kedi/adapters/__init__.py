@@ -20,6 +20,7 @@ from kedi.adapters.base import (
     Usage,
 )
 from kedi.errors import KediConfigError
+from kedi.history.lanes import register_adapters
 
 __all__ = [
     "Adapter",
@@ -74,3 +75,8 @@ def create_adapter(adapter: str | None, model: str | None) -> Adapter:
         return cls() if model in (None, "offline") else cls(model)
     name = adapter or DEFAULT_ADAPTER
     return adapter_class(name)(model)
+
+
+# The history layer finds adapters by name through this registration, so it
+# never imports the layer above it.
+register_adapters(create_adapter, adapter_class)

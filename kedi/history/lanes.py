@@ -24,17 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 
 from kedi.errors import HistoryError, KediUsageError, TurnAbandoned
-
-if TYPE_CHECKING:
-    from kedi.adapters.base import AdapterProfile
 
 PORTABLE = "portable"
 """The message format of lanes holding kedi's own `Message`s."""
@@ -59,6 +56,12 @@ def canonical_digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class MessageFormat(Protocol):
+    """The part of an adapter's profile lanes read."""
+
+    message_format: str
+
+
 class LaneOwner(Protocol):
     """What lanes need from an adapter: its identity, profile and message serializers.
 
@@ -67,7 +70,7 @@ class LaneOwner(Protocol):
 
     shortname: str
     model_name: str
-    profile: AdapterProfile
+    profile: MessageFormat
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize native messages to JSON-compatible data."""
@@ -316,12 +319,30 @@ class Transaction:
         self.committed = True
 
 
+class AdapterRegistry:
+    """How the history layer finds adapters by name, without importing them.
+
+    `kedi.adapters` registers its `create_adapter` and `adapter_class` here when
+    it is imported (which importing any part of kedi does), so history stays
+    below adapters in the layering.
+    """
+
+    create: Callable[[Any, str | None], LaneOwner] | None = None
+    lookup: Callable[[str], Any] | None = None
+
+
+def register_adapters(create: Callable[[Any, str | None], Any], lookup: Callable[[str], Any]) -> None:
+    """Called by `kedi.adapters`: the functions that build and find adapters by name."""
+    AdapterRegistry.create = create
+    AdapterRegistry.lookup = lookup
+
+
 def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     """The adapter a run given `adapter=` and `model=` would use (an instance is used as is)."""
     if adapter is None or isinstance(adapter, str):
-        from kedi.adapters import create_adapter
-
-        return create_adapter(adapter, model)
+        if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
+            raise KediUsageError("no adapter registry: import kedi before using conversations")
+        return AdapterRegistry.create(adapter, model)
     return adapter  # type: ignore[no-any-return]
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kedi.errors import HistoryError, KediConfigError, KediUsageError
-from kedi.history.lanes import PORTABLE, Conversation, Lane, LaneKey, LaneOwner
+from kedi.history.lanes import PORTABLE, AdapterRegistry, Conversation, Lane, LaneKey, LaneOwner
 from kedi.history.messages import as_messages
 
 __all__ = ["FORMAT_VERSION", "dump_conversation", "dumps", "load", "load_conversation", "loads", "save", "write_atomic"]
@@ -200,10 +200,10 @@ def _serializer(key: LaneKey, adapters: Sequence[Any], where: str) -> LaneOwner:
     """
     found = next((a for a in adapters if getattr(a, "shortname", None) == key.adapter), None)
     if found is None:
-        from kedi.adapters import adapter_class
-
+        if AdapterRegistry.lookup is None:  # pragma: no cover - importing kedi registers it
+            raise KediUsageError("no adapter registry: import kedi before loading conversations")
         try:
-            found = adapter_class(key.adapter)
+            found = AdapterRegistry.lookup(key.adapter)
         except KediConfigError as error:
             raise HistoryError(
                 f"{where}: {key.format} messages of adapter {key.adapter!r} need that adapter to be read "
