@@ -12,6 +12,7 @@ it like any function:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Mapping
@@ -68,24 +69,21 @@ class KediProcedure:
     # ------------------------------------------------------------------ calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(self.acall, *args, **kwargs)
         try:
-            return anyio.from_thread.run(functools.partial(self.acall, *args, **kwargs))
-        except RuntimeError as exc:
-            if "worker thread" not in str(exc) and "event loop" not in str(exc):
-                raise
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # no loop in this thread: a worker thread, or plain sync code
+        else:
+            raise KediUsageError(
+                f"procedure {self.__name__!r} was called synchronously from inside a running event "
+                f"loop; use `await {self.__name__}.acall(...)`"
+            )
         try:
-            import sniffio
-
-            sniffio.current_async_library()
-        except Exception:
-            return anyio.run(self._call_kwargs, args, kwargs, backend="asyncio")
-        raise KediUsageError(
-            f"procedure {self.__name__!r} was called synchronously from inside a running event "
-            f"loop; use `await {self.__name__}.acall(...)`"
-        )
-
-    async def _call_kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return await self.acall(*args, **kwargs)
+            anyio.from_thread.check_cancelled()  # succeeds only in a worker thread of a run
+        except RuntimeError:
+            return anyio.run(call, backend="asyncio")
+        return anyio.from_thread.run(call)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         """Call the procedure from async code."""

@@ -256,3 +256,10 @@ def test_typed_assignment_does_not_coerce() -> None:
 def test_unknown_type_name_fails_loudly() -> None:
     with pytest.raises(KediNameError, match="Missing"):
         run("[x: Missing] = `1`")
+
+
+@pytest.mark.anyio
+async def test_sync_call_inside_a_running_loop_is_a_clear_usage_error() -> None:
+    procedures = await kedi.compile("@double(x: int) -> int:\n  = `x * 2`\n").load_procedures()
+    with pytest.raises(kedi.KediUsageError, match="use `await double.acall"):
+        procedures["double"](2)
