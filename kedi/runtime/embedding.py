@@ -20,7 +20,6 @@ import anyio
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime.program import Program, compile_program
-from kedi.syntax import ast
 from kedi.syntax.docstrings import query_body_source
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -179,4 +178,4 @@ def _runtime_globals(
     return {**by_name, **(env or {})}
 
 
-__all__ = ["bind", "query", "ast"]
+__all__ = ["bind", "query"]

@@ -42,6 +42,15 @@ from kedi.source import SourceFile, Span
 from kedi.syntax import ast
 from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
 
+UNSUPPORTED_STATEMENTS: dict[type, str] = {
+    ast.Import: "`> import:` is not supported yet",
+    ast.Export: "`> export:` is not supported yet",
+    ast.Package: "`> package:` is not supported yet",
+    ast.Optimize: "`> optimize:` is not supported yet",
+    ast.Auto: "`> auto:` is not supported yet",
+}
+"""Statements this build parses and checks but cannot execute (rejected at check time)."""
+
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"
 
@@ -278,10 +287,7 @@ class Interpreter:
         frame.scope.vars[node.name] = Profile(node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc)
 
     async def _unsupported(self, node: Any, frame: Frame) -> None:
-        name = type(node).__name__.lower()
-        raise KediExecutionError(
-            f"`> {name}:` is not supported yet", frames=trace.current_frames()
-        )
+        raise KediExecutionError(UNSUPPORTED_STATEMENTS[type(node)], frames=trace.current_frames())
 
     async def _suite(self, node: Any, frame: Frame) -> None:
         """Test and eval suites never run during normal execution."""

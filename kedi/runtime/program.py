@@ -23,7 +23,7 @@ from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
-from kedi.runtime.interpreter import Interpreter
+from kedi.runtime.interpreter import UNSUPPORTED_STATEMENTS, Interpreter
 from kedi.runtime.procedures import KediProcedure
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
@@ -57,20 +57,11 @@ def _reject_unsupported(module: ast.Module, source: SourceFile) -> None:
         raise KediCheckError(problems)
 
 
-_UNSUPPORTED_NODES: dict[type, str] = {
-    ast.Import: "`> import:` is not supported yet",
-    ast.Export: "`> export:` is not supported yet",
-    ast.Package: "`> package:` is not supported yet",
-    ast.Optimize: "`> optimize:` is not supported yet",
-    ast.Auto: "`> auto:` is not supported yet",
-}
-
-
 def _unsupported_nodes(body: Sequence[ast.Statement]) -> list[tuple[Any, str]]:
     found: list[tuple[Any, str]] = []
     for node in body:
-        if type(node) in _UNSUPPORTED_NODES:
-            found.append((node, _UNSUPPORTED_NODES[type(node)]))
+        if type(node) in UNSUPPORTED_STATEMENTS:
+            found.append((node, UNSUPPORTED_STATEMENTS[type(node)]))
         elif isinstance(node, ast.Directive) and node.name in NOT_YET_SUPPORTED:
             found.append((node, f"`> {node.name}:` is not supported yet"))
         elif isinstance(node, ast.Procedure):
