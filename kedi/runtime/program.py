@@ -11,6 +11,7 @@ a `conversation=` is passed, which lets several runs share history).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import IO, Any
 
 import anyio
 
-from kedi.errors import Diagnostic, KediCheckError
+from kedi.errors import Diagnostic, KediCheckError, KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
@@ -179,7 +180,12 @@ class Program:
         procedures, profiles, directives), never its model calls or returns.
         """
         if self._procedures is None:
-            anyio.run(self.load_procedures, backend="asyncio")
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                anyio.run(self.load_procedures, backend="asyncio")
+            else:
+                raise KediUsageError("inside async code, use `await program.load_procedures()`")
         return dict(self._procedures or {})
 
 

@@ -263,3 +263,9 @@ async def test_sync_call_inside_a_running_loop_is_a_clear_usage_error() -> None:
     procedures = await kedi.compile("@double(x: int) -> int:\n  = `x * 2`\n").load_procedures()
     with pytest.raises(kedi.KediUsageError, match="use `await double.acall"):
         procedures["double"](2)
+
+
+@pytest.mark.anyio
+async def test_procedures_property_inside_async_code_points_to_load_procedures() -> None:
+    with pytest.raises(kedi.KediUsageError, match="load_procedures"):
+        kedi.compile("@f() -> str:\n  = ok\n").procedures
