@@ -268,4 +268,4 @@ async def test_sync_call_inside_a_running_loop_is_a_clear_usage_error() -> None:
 @pytest.mark.anyio
 async def test_procedures_property_inside_async_code_points_to_load_procedures() -> None:
     with pytest.raises(kedi.KediUsageError, match="load_procedures"):
-        kedi.compile("@f() -> str:\n  = ok\n").procedures
+        _ = kedi.compile("@f() -> str:\n  = ok\n").procedures
