@@ -270,7 +270,7 @@ def startup(rounds: int) -> list[Row]:
     }
     with tempfile.TemporaryDirectory(prefix="kedi-bench-pyc-") as pycache:
         env = child_env(pycache)
-        for command in commands.values():  # fill the bytecode cache (and Lark's grammar cache)
+        for command in commands.values():  # fill the bytecode cache (and kedi's parse-table cache)
             run_child(command, env)
         wall = dict.fromkeys(commands, math.inf)
         cpu = dict.fromkeys(commands, math.inf)

@@ -5,16 +5,25 @@
     result = program.run_sync(model="offline")
 
 Importing kedi never imports a model framework (Pydantic AI, LangChain):
-adapters load them on first use.
+adapters load them on first use. Importing kedi is cheap too: only the errors
+load eagerly, and every other public name imports its module on first use
+(PEP 562), so `kedi parse` never loads the runtime and `kedi --help` loads
+neither the parser nor the runtime.
 """
 
-from kedi.adapters.base import Adapter
+from __future__ import annotations
+
+# Imported as modules, so that every name `kedi` binds is public API (see __all__).
+import importlib
+import typing
+
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
     CapabilityError,
     ContextLengthError,
     ExtraNotInstalledError,
+    HistoryError,
     HistoryProcessingError,
     HistoryProcessingValidationError,
     HistoryShapeError,
@@ -38,34 +47,94 @@ from kedi.errors import (
     ScriptExhaustedError,
     TurnAbandoned,
 )
-from kedi.history import (
-    INTERRUPTED_RESULT,
-    HistoryError,
-    HistoryRepair,
-    Message,
-    Part,
-    SanitizeReport,
-    ThinkingBlock,
-    ToolCall,
-    UnsafePart,
-    budget_history,
-    new_id,
-    normalize_history,
-    sanitize_history,
-    trim_history,
-    wire_tool_arguments,
-)
-from kedi.history.lanes import Conversation
-from kedi.history.processors import HistoryProcessorContext
-from kedi.runtime.calls import PromptEvent
-from kedi.runtime.config import configure, context, parallel, reset_config
-from kedi.runtime.embedding import bind, query
-from kedi.runtime.program import Program, compile_program
-from kedi.runtime.tools import tool
-from kedi.syntax.parser import parse
 
-compile = compile_program
-"""`kedi.compile(source, *, path=None) -> Program`: parse and check a program."""
+if typing.TYPE_CHECKING:
+    from kedi.adapters.base import Adapter
+    from kedi.history import (
+        INTERRUPTED_RESULT,
+        HistoryRepair,
+        Message,
+        Part,
+        SanitizeReport,
+        ThinkingBlock,
+        ToolCall,
+        UnsafePart,
+        budget_history,
+        new_id,
+        normalize_history,
+        sanitize_history,
+        trim_history,
+        wire_tool_arguments,
+    )
+    from kedi.history.lanes import Conversation
+    from kedi.history.processors import HistoryProcessorContext
+    from kedi.runtime.calls import PromptEvent
+    from kedi.runtime.config import configure, context, parallel, reset_config
+    from kedi.runtime.embedding import bind, query
+    from kedi.runtime.program import Program, compile_program
+    from kedi.runtime.program import compile_program as compile
+    from kedi.runtime.tools import tool
+    from kedi.syntax.parser import parse
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "Adapter": ("kedi.adapters.base", "Adapter"),
+    **{
+        name: ("kedi.history", name)
+        for name in (
+            "INTERRUPTED_RESULT",
+            "HistoryRepair",
+            "Message",
+            "Part",
+            "SanitizeReport",
+            "ThinkingBlock",
+            "ToolCall",
+            "UnsafePart",
+            "budget_history",
+            "new_id",
+            "normalize_history",
+            "sanitize_history",
+            "trim_history",
+            "wire_tool_arguments",
+        )
+    },
+    "Conversation": ("kedi.history.lanes", "Conversation"),
+    "HistoryProcessorContext": ("kedi.history.processors", "HistoryProcessorContext"),
+    "PromptEvent": ("kedi.runtime.calls", "PromptEvent"),
+    **{
+        name: ("kedi.runtime.config", name)
+        for name in ("configure", "context", "parallel", "reset_config")
+    },
+    "bind": ("kedi.runtime.embedding", "bind"),
+    "query": ("kedi.runtime.embedding", "query"),
+    "Program": ("kedi.runtime.program", "Program"),
+    "compile_program": ("kedi.runtime.program", "compile_program"),
+    # `kedi.compile(source, *, path=None) -> Program`: parse and check a program.
+    "compile": ("kedi.runtime.program", "compile_program"),
+    "tool": ("kedi.runtime.tools", "tool"),
+    "parse": ("kedi.syntax.parser", "parse"),
+}
+"""Public name -> (module, attribute) for every name imported on first use.
+
+The `TYPE_CHECKING` imports above say the same for type checkers and IDEs;
+`tests/test_public_api.py` checks that the two agree.
+"""
+
+
+def __getattr__(name: str) -> typing.Any:
+    """Import a public name's module on first use and keep the name (PEP 562)."""
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later look-ups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the public names too, imported or not, so `dir(kedi)` shows the API."""
+    return sorted({*globals(), *__all__})
+
 
 __version__ = "0.1.0"
 

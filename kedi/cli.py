@@ -11,6 +11,8 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,13 @@ _COMMANDS = ("run", "parse", "check")
 class _KediGroup(click.Group):
     """Routes `kedi FILE`, `kedi -c SRC` and `kedi -p FILE` to the right subcommand."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command line; in standalone mode (the `kedi` command) it exits the process."""
+        if kwargs.get("standalone_mode", True):
+            atexit.unregister(_skip_collections_at_exit)  # one registration per process
+            atexit.register(_skip_collections_at_exit)
+        return super().main(*args, **kwargs)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in _COMMANDS and args[0] not in ("--help", "-h", "--version"):
             if args[0] in ("-p", "--parse"):
@@ -33,6 +42,21 @@ class _KediGroup(click.Group):
             else:
                 args = ["run", *args]
         return super().parse_args(ctx, args)
+
+
+def _skip_collections_at_exit() -> None:
+    """Spare the interpreter's shutdown its garbage collections over every live object.
+
+    At exit Python runs full collections while it tears the modules down;
+    the process is ending, so they only free memory the OS takes back anyway.
+    Registered as the command starts, this runs after the `atexit` handlers
+    of the run itself. Objects still die by reference counting as the modules
+    are cleared (open files are flushed); only garbage in reference cycles is
+    left to the OS, whose finalizers Python never promises at exit. Measured:
+    `kedi run` exits about 100 ms sooner on the 2-core bench machine
+    (bench/README.md, "Start-up").
+    """
+    gc.freeze()
 
 
 def _fail(error: KediError) -> NoReturn:

@@ -119,11 +119,12 @@ LAYERS = (
     Layer("kedi.syntax", ("kedi.source", "kedi.errors", "kedi.syntax")),
     Layer("kedi.history", ("kedi.errors", "kedi.source", "kedi.history")),
     Layer("kedi.adapters", ("kedi.history", "kedi.errors", "kedi.source", "kedi.adapters")),
-    # Only the contract and the registry: concrete adapters load lazily by name (G11).
+    # Only the contract, the registry and the run scope: concrete adapters load
+    # lazily by name (G11).
     Layer(
         "kedi.runtime",
         ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.runtime"),
-        ("kedi.adapters", "kedi.adapters.base"),
+        ("kedi.adapters", "kedi.adapters.base", "kedi.adapters.resources"),
     ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),

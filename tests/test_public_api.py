@@ -8,10 +8,14 @@ spelling and shape.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
+import subprocess
+import sys
 import types
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +30,12 @@ def _public_names(package: types.ModuleType) -> set[str]:
 
     Submodules land in a package's namespace as a side effect of importing
     them (`kedi.errors`, `kedi.history.lanes`), so they say nothing about the
-    package's API; the `__future__` feature object is no API either.
+    package's API; the `__future__` feature object is no API either. Names a
+    package imports on first use (PEP 562) are looked up first, so they are
+    in its namespace too.
     """
+    for name in dir(package):
+        hasattr(package, name)
     return {
         name
         for name, value in vars(package).items()
@@ -202,3 +210,61 @@ def test_compile_is_the_program_compiler() -> None:
     program = kedi.compile(">> Hello [x].\n= <x>\n", path="hello.kedi")
     assert isinstance(program, kedi.Program)
     assert kedi.compile is kedi.compile_program
+
+
+# --------------------------------------------------------------------------- lazy imports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _type_checking_imports(path: Path) -> dict[str, tuple[str, str]]:
+    """Name -> (module, attribute) of the imports under `if TYPE_CHECKING:` in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imports: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom) and statement.module
+                for alias in statement.names:
+                    imports[alias.asname or alias.name] = (statement.module, alias.name)
+    return imports
+
+
+def test_the_lazy_names_are_the_names_type_checkers_see() -> None:
+    """`kedi._LAZY` and the `TYPE_CHECKING` imports of kedi/__init__.py say the same."""
+    assert _type_checking_imports(ROOT / "kedi" / "__init__.py") == kedi._LAZY
+
+
+def test_every_public_name_is_eager_or_lazy_but_not_both() -> None:
+    eager = {name for name in vars(kedi) if name in kedi.__all__} - set(kedi._LAZY)
+    assert set(kedi._LAZY) <= set(kedi.__all__)
+    assert eager | set(kedi._LAZY) == set(kedi.__all__)
+    assert all(getattr(kedi, name).__module__ == "kedi.errors" for name in eager)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        kedi.no_such_name  # noqa: B018 - the look-up is the test
+
+
+def test_dir_lists_the_public_names_before_they_are_imported() -> None:
+    assert set(kedi.__all__) <= set(dir(kedi))
+
+
+IMPORT_PROBE = """
+import sys
+import kedi
+print(",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("kedi", "pydantic", "lark", "anyio"))))
+kedi.Program
+print(",".join(sorted(m for m in sys.modules if m == "kedi.runtime.program")))
+"""
+
+
+def test_import_kedi_loads_only_the_errors_until_a_name_is_used() -> None:
+    """`import kedi` is cheap: the runtime, the parser and pydantic load on first use."""
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    at_import, after_use = proc.stdout.splitlines()
+    assert at_import.split(",") == ["kedi", "kedi.errors", "kedi.source"]
+    assert after_use == "kedi.runtime.program"

@@ -32,6 +32,10 @@ retried `max_retries` (default 3) times with exponential backoff and jitter,
 or after the wait `retry-after-ms` / `Retry-After` ask for (fractional seconds
 or an HTTP date, at most 60 s). Usage is the server's `usage` summed over the
 call's requests (the portable estimate for a request whose reply has none).
+
+Connections: the calls of one run share one `httpx.AsyncClient` (one
+connection pool, closed when the run ends; see `kedi.adapters.resources`);
+an adapter awaited outside a run opens a client per call.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ from kedi.adapters.base import (
     OutputSpec,
     Usage,
 )
+from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     KediConfigError,
@@ -169,12 +174,19 @@ class OpenAIAdapter(Adapter):
         self.check(request)
         options = call_options(request.settings, timeout=self.timeout, max_retries=self.max_retries)
         call = _Call(request, options, self._plan(request))
-        async with self._client(options.timeout) as client:
-            while True:
-                reply = await self._complete(client, call)
-                value = await call.handle(reply)
-                if value is not _CONTINUE:
-                    return call.result(value)
+        run = current_resources()
+        if run is not None:
+            return await self._converse(run.client(self, self._open_client), call)
+        async with self._open_client() as client:
+            return await self._converse(client, call)
+
+    async def _converse(self, client: httpx.AsyncClient, call: _Call) -> CallResult:
+        """Exchange requests and replies until the call has its result."""
+        while True:
+            reply = await self._complete(client, call)
+            value = await call.handle(reply)
+            if value is not _CONTINUE:
+                return call.result(value)
 
     # ------------------------------------------------------------------ structured output
 
@@ -265,11 +277,11 @@ class OpenAIAdapter(Adapter):
 
     # ------------------------------------------------------------------ HTTP
 
-    def _client(self, timeout: float) -> httpx.AsyncClient:
-        # One client per call: a client's pooled connections belong to one event loop.
+    def _open_client(self) -> httpx.AsyncClient:
+        # A run shares one client (see kedi.adapters.resources); each request sets its timeout.
         if self._transport is not None:
-            return httpx.AsyncClient(transport=_Borrowed(self._transport), timeout=timeout)
-        return httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
+            return httpx.AsyncClient(transport=_Borrowed(self._transport))
+        return httpx.AsyncClient(verify=_ssl_context())
 
     async def _send(
         self, client: httpx.AsyncClient, body: JSONDict, options: CallOptions
@@ -295,12 +307,13 @@ class OpenAIAdapter(Adapter):
         # `from None` everywhere: an httpx error's request holds the Authorization header.
         try:
             if self.stream:
-                async with client.stream("POST", url, json=body, headers=headers) as response:
+                streaming = client.stream("POST", url, json=body, headers=headers, timeout=timeout)
+                async with streaming as response:
                     if response.is_error:
                         await response.aread()
                         raise self._http_error(response)
                     return await self._read_stream(response)
-            response = await client.post(url, json=body, headers=headers)
+            response = await client.post(url, json=body, headers=headers, timeout=timeout)
             if response.is_error:
                 raise self._http_error(response)
             return self._read_completion(response)
@@ -501,7 +514,7 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
 
 
 class _Borrowed(httpx.AsyncBaseTransport):
-    """A caller's transport, lent to a per-call client that must not close it."""
+    """A caller's transport, lent to kedi's clients, which must not close it."""
 
     def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
         self._transport = transport

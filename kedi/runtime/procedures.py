@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.from_thread
 
+from kedi.adapters.resources import run_scope
 from kedi.errors import KediTypeExecutionError, KediUsageError
 from kedi.runtime import trace
 from kedi.runtime.scopes import AgentState, Scope
@@ -87,7 +88,8 @@ class KediProcedure:
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         """Call the procedure from async code."""
-        return await self.invoke(args, kwargs)
+        async with run_scope():
+            return await self.invoke(args, kwargs)
 
     async def invoke(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], span: Any = None) -> Any:
         """Bind and check the arguments, run the body, check the result."""

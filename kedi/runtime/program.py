@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import anyio
 
+from kedi.adapters.resources import run_scope
 from kedi.errors import Diagnostic, KediCheckError, KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
@@ -30,7 +31,7 @@ from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
 from kedi.syntax.checks import check_or_raise
-from kedi.syntax.directives import NOT_YET_SUPPORTED
+from kedi.syntax.directives import NOT_YET_SUPPORTED, NOT_YET_SUPPORTED_ADAPTERS
 
 
 def check_source(
@@ -65,11 +66,23 @@ def _unsupported_nodes(body: Sequence[ast.Statement]) -> list[tuple[Any, str]]:
             found.append((node, UNSUPPORTED_STATEMENTS[type(node)]))
         elif isinstance(node, ast.Directive) and node.name in NOT_YET_SUPPORTED:
             found.append((node, f"`> {node.name}:` is not supported yet"))
+        elif isinstance(node, ast.Directive) and node.name == "adapter":
+            adapter = _literal_value(node)
+            if adapter in NOT_YET_SUPPORTED_ADAPTERS:
+                found.append((node, f"`> adapter: {adapter}` is not supported yet"))
         elif isinstance(node, ast.Procedure):
             found.extend(_unsupported_nodes(node.body))
         elif isinstance(node, ast.ProfileDef):
             found.extend(_unsupported_nodes(node.members))
     return found
+
+
+def _literal_value(directive: ast.Directive) -> str | None:
+    """A one-line directive value written as plain text, else None."""
+    segments = directive.value or ()
+    if not all(isinstance(segment, ast.Text) for segment in segments):
+        return None
+    return "".join(segment.value for segment in segments).strip()
 
 
 class Program:
@@ -128,7 +141,8 @@ class Program:
             {**defaults.settings, **(settings or {})},
         )
         try:
-            return await interpreter.run_module(agent=agent, body_arguments=body_arguments)
+            async with run_scope():
+                return await interpreter.run_module(agent=agent, body_arguments=body_arguments)
         finally:
             if layer.transcript is not None:
                 layer.transcript.close()

@@ -4,24 +4,31 @@ Lark does the analysis: the LALR(1) parse table and, for the contextual lexer,
 the terminals each parser state accepts (in Lark's own priority order). Lark's
 runtime loop is not used: `kedi.syntax.parser` runs these tables itself, with
 no per-token objects, which is several times faster. `ParseTables` holds
-everything that loop needs as plain dicts, lists and compiled patterns. Lark's
-`cache=True` stores the analysed grammar in a temporary file, so a CLI start
-loads it instead of rebuilding the parse table.
+everything that loop needs as plain dicts, lists and compiled patterns.
+
+The tables are cached on disk (`kedi.syntax._table_cache`), keyed by the
+grammar text, this module's source and the Python version, so a start with a
+warm cache neither analyses the grammar nor imports Lark: importing Lark and
+loading Lark's own cached analysis took over 100 ms of every CLI start.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Lark
-
+from kedi.syntax import _table_cache
 from kedi.syntax._builder import Builder
 from kedi.syntax._postlex import Token
+
+if TYPE_CHECKING:
+    from lark import Lark
 
 GRAMMAR_NAME = "kedi.lark"
 IGNORED = "WS"
@@ -61,6 +68,8 @@ def lark_options() -> dict[str, object]:
 @lru_cache(maxsize=1)
 def lark_parser() -> Lark:
     """Return the process-wide Lark parser, loaded from Lark's cache when possible."""
+    from lark import Lark  # only a cold table cache needs Lark (see the module docs)
+
     text = grammar_path().read_text(encoding="utf-8")
     return Lark(text, cache=True, **lark_options())  # type: ignore[arg-type]
 
@@ -70,8 +79,7 @@ RuleShape = tuple[int, str, int, tuple[bool, ...] | None, Callable[..., Any] | N
 
 * `size`: how many symbols the rule pops;
 * `origin`: the nonterminal it produces (the goto key);
-* `mode`: `PASS` (the single child is the value: `_segment: TEXT | subst ...`,
-  `?type: type_atom`), `LIST` (a `_rule` or a Lark `*`/`+` helper: the value is
+* `mode`: `PASS` (the single child is the value: `?type: type_atom`), `LIST` (a `_rule` or a Lark `*`/`+` helper: the value is
   the list of children, spliced into the parent), `APPEND` (the `LIST` case
   ``x: x item``, which appends to the list on the stack) or `BUILD` (a
   `Builder` method);
@@ -111,7 +119,9 @@ class ParseTables:
         match = self._compiled.get(names)
         if match is None:
             # Lark's own lexer: alternatives in priority order, the first that matches wins.
-            pattern = "|".join(f"(?P<{name}>{self.patterns[name]})" for name in names)
+            # The name is an empty group after each alternative, not a group around it:
+            # `re` can then reject an alternative on its first character (-2.8% instructions).
+            pattern = "|".join(f"(?:{self.patterns[name]})(?P<{name}>)" for name in names)
             match = self._compiled[names] = re.compile(pattern).match
         return match
 
@@ -157,9 +167,71 @@ class ParseFailure(Exception):
         return cls(token, states, values, pos)
 
 
+StoredRule = tuple[int, str, int, tuple[bool, ...] | None, str | None]
+"""A `RuleShape` as the table cache stores it: the `Builder` method by name."""
+
+
 @lru_cache(maxsize=1)
 def parse_tables() -> ParseTables:
-    """Return the process-wide tables of `lark_parser()`."""
+    """Return the process-wide tables: from kedi's table cache, else analysed by Lark and cached."""
+    key = tables_key(grammar_path().read_text(encoding="utf-8"))
+    tables = _cached_tables(key)
+    if tables is None:
+        stored = analyse_grammar()
+        _table_cache.write_tables(key, stored)
+        tables = tables_from_stored(stored)
+    return tables
+
+
+def tables_key(grammar: str) -> str:
+    """Return the key the tables of `grammar` are cached under.
+
+    The tables depend on the grammar text and on the code in this module that
+    derives them: hashing this module's own source means a changed derivation
+    never reads an old file, in a release or a checkout. The Python version
+    guards the `marshal` format. Lark's version is left out on purpose: an
+    analysis is read back whole, so an old one stays consistent.
+    """
+    digest = hashlib.sha256()
+    for part in (grammar.encode(), Path(__file__).read_bytes(), sys.version.encode()):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()[:32]
+
+
+def _cached_tables(key: str) -> ParseTables | None:
+    """Return the tables the cache holds under `key`, or None: missing, corrupt or stale."""
+    stored = _table_cache.read_tables(key)
+    if stored is None:
+        return None
+    try:
+        return tables_from_stored(stored)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        # A damaged file, or one naming a Builder method that is gone: analyse again.
+        return None
+
+
+def tables_from_stored(stored: dict[str, Any]) -> ParseTables:
+    """Return the `ParseTables` of the plain data `analyse_grammar` returned."""
+    rules: list[RuleShape] = [
+        (size, origin, mode, splice, None if build is None else getattr(Builder, build))
+        for size, origin, mode, splice, build in stored["rules"]
+    ]
+    return ParseTables(
+        start_state=stored["start_state"],
+        end_state=stored["end_state"],
+        actions=stored["actions"],
+        gotos=stored["gotos"],
+        rules=rules,
+        lexer_terminals=stored["lexer_terminals"],
+        patterns=stored["patterns"],
+        root_terminals=stored["root_terminals"],
+        lexers=[None] * len(stored["actions"]),
+    )
+
+
+def analyse_grammar() -> dict[str, Any]:
+    """Have Lark analyse the grammar; return the tables as plain data the cache can store."""
     parser = lark_parser()
     interactive = parser.parse_interactive("")
     conf = interactive.parser_state.parse_conf
@@ -177,23 +249,22 @@ def parse_tables() -> ParseTables:
             else:
                 actions[state][symbol] = ~rule_index.setdefault(target, len(rule_index))
     lexers = contextual.lexers  # type: ignore[attr-defined]
-    return ParseTables(
-        start_state=conf.start_state,
-        end_state=conf.end_state,
-        actions=actions,
-        gotos=gotos,
-        rules=_rule_shapes(list(rule_index)),
-        lexer_terminals=[
+    return {
+        "start_state": conf.start_state,
+        "end_state": conf.end_state,
+        "actions": actions,
+        "gotos": gotos,
+        "rules": _rule_shapes(list(rule_index)),
+        "lexer_terminals": [
             tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
         ],
-        patterns={terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
-        root_terminals=tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
-        lexers=[None] * count,
-    )
+        "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
+        "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
+    }
 
 
-def _rule_shapes(rules: list[Any]) -> list[RuleShape]:
-    """Turn Lark's rules into `RuleShape`s, following Lark's tree-shaping conventions."""
+def _rule_shapes(rules: list[Any]) -> list[StoredRule]:
+    """Turn Lark's rules into `StoredRule`s, following Lark's tree-shaping conventions."""
     inline = {rule.origin.name for rule in rules if rule.origin.name.startswith("_")}
     # An inline rule whose every expansion is one non-list symbol passes that symbol's
     # value through; the others are lists. A rule is a list as soon as one expansion is.
@@ -210,7 +281,7 @@ def _rule_shapes(rules: list[Any]) -> list[RuleShape]:
             ):
                 listed.add(name)
                 changed = True
-    shapes: list[RuleShape] = []
+    shapes: list[StoredRule] = []
     for rule in rules:
         name = rule.alias or rule.origin.name
         splice = tuple(symbol.name in listed for symbol in rule.expansion)
@@ -224,6 +295,5 @@ def _rule_shapes(rules: list[Any]) -> list[RuleShape]:
             mode = APPEND if splice == (True, False) else LIST
             shapes.append((size, rule.origin.name, mode, splice if any(splice) else None, None))
         else:
-            build = getattr(Builder, name)
-            shapes.append((size, rule.origin.name, BUILD, splice if any(splice) else None, build))
+            shapes.append((size, rule.origin.name, BUILD, splice if any(splice) else None, name))
     return shapes

@@ -80,6 +80,9 @@ The runtime reports these as "not supported yet" in one consistent way.
 FRAMEWORK_ADAPTERS = frozenset({"pydantic", "dspy", "langchain", "openai", "offline", "script"})
 """Names valid in `> adapter:` (framework adapters)."""
 
+NOT_YET_SUPPORTED_ADAPTERS = frozenset({"dspy"})
+"""Framework adapters of the language that kedi does not ship yet."""
+
 AGENT_HARNESSES = frozenset({"claude", "codex", "acp"})
 """Names valid in `> agent:` (agent harnesses; `acp` only in the block form)."""
 

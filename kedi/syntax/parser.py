@@ -81,28 +81,31 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
         SyntaxProblem: The layout pass or the builder rejected the program.
     """
     actions, gotos, rules, end_state = tables.actions, tables.gotos, tables.rules, tables.end_state
-    states = [tables.start_state]
+    # `state` mirrors `states[-1]`: the loop reads it for every token and reduction.
+    state = tables.start_state
+    states = [state]
     values: list[Any] = []
     for token in _tokens(tables, fed, added, states, values):
         kind = token[0]
         while True:
             try:
-                action = actions[states[-1]][kind]
+                action = actions[state][kind]
             except KeyError:
                 raise ParseFailure(token, states, values) from None
             if action >= 0:
                 states.append(action)
                 values.append(token)
+                state = action
                 break
             count, origin, mode, splice, build = rules[~action]
             if mode == PASS:
-                states[-1] = gotos[states[-2]][origin]
+                state = states[-1] = gotos[states[-2]][origin]
                 continue
             if mode == APPEND:
                 item = values.pop()
                 values[-1].append(item)
                 del states[-1]
-                states[-1] = gotos[states[-2]][origin]
+                state = states[-1] = gotos[states[-2]][origin]
                 continue
             if not count:
                 children = []
@@ -116,9 +119,9 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                 del values[-count:]
                 del states[-count:]
             values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]
-            goto = gotos[states[-1]][origin]
-            states.append(goto)
-            if goto == end_state:
+            state = gotos[states[-1]][origin]
+            states.append(state)
+            if state == end_state:
                 break  # `start` is reduced only before `$END`, the last token
     return values[-1]
 
@@ -169,7 +172,7 @@ def _tokens(
 
 def _spliced(children: list[Any], splice: tuple[bool, ...]) -> list[Any]:
     """Splice the list values of inline rules into `children`, reusing a leading one."""
-    # A left-recursive helper (`__row_plus: __row_plus _segment`) grows its own list.
+    # A left-recursive helper (`__params_star: __params_star _COMMA param`) grows its own list.
     spliced: list[Any] = children[0] if splice[0] else [children[0]]
     for child, flat in zip(children[1:], splice[1:], strict=True):
         if flat:

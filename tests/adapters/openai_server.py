@@ -45,6 +45,8 @@ class Received:
     headers: dict[str, str]
     """Header names lowercased."""
     body: Any
+    connection: int
+    """The client's port: requests on one kept-alive connection share it."""
 
 
 class OpenAIServer:
@@ -53,6 +55,8 @@ class OpenAIServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.received: list[Received] = []
+        self.closed: list[int] = []
+        """The connections (client ports) the client has closed, in order."""
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -94,6 +98,8 @@ class OpenAIServer:
 
 def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+
         def do_POST(self) -> None:  # noqa: N802 (the http.server API)
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             try:
@@ -101,12 +107,13 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw.decode(errors="replace")
             headers = {name.lower(): value for name, value in self.headers.items()}
-            reply = server._take(Received(self.path, headers, body))
+            reply = server._take(Received(self.path, headers, body, self.client_address[1]))
             if reply is None:
                 reply = Reply(
                     500, error_body("the test server has no scripted reply left", "no_reply")
                 )
             if reply.delay and server._stopping.wait(reply.delay):
+                self.close_connection = True
                 return
             try:
                 self._answer(reply)
@@ -118,7 +125,10 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             if reply.events is not None:
+                # A stream has no length: closing the connection ends it.
                 self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.close_connection = True
                 self.end_headers()
                 for line in reply.events:
                     self.wfile.write(line.encode() + b"\n")
@@ -129,6 +139,11 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def finish(self) -> None:
+            super().finish()
+            with server._lock:
+                server.closed.append(self.client_address[1])
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean

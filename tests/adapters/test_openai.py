@@ -787,6 +787,55 @@ async def test_sse_events_may_span_lines_and_carry_other_fields() -> None:
     assert [payload async for payload in sse_payloads(lines())] == ['{"a":\n1}']
 
 
+# --------------------------------------------------------------------------- connections
+
+
+def closed_connections(server: OpenAIServer, count: int) -> list[int]:
+    """The connections the server saw closed, once there are `count` (closing is asynchronous)."""
+    deadline = time.monotonic() + 5
+    while len(server.closed) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sorted(server.closed)
+
+
+def test_the_calls_of_a_run_share_one_connection_that_closes_when_the_run_ends(
+    server: OpenAIServer,
+) -> None:
+    import kedi
+
+    program = kedi.compile(
+        ">> Name a city: [city: str].\n[why] << Why?\n>> Name a river: [river: str].\n= <city> <river>\n"
+    )
+    adapter = make(server)
+    for _ in range(2):
+        server.add(
+            Reply(body=completion('{"city": "Lyon"}')),
+            Reply(body=completion("Food.")),
+            Reply(body=completion('{"river": "Rhone"}')),
+        )
+        assert program.run_sync(adapter=adapter) == "Lyon Rhone"
+    first, second = server.received[:3], server.received[3:]
+    assert len({request.connection for request in first}) == 1
+    assert len({request.connection for request in second}) == 1
+    # Each run closed its own connection: the same adapter works on the next run's loop.
+    expected = sorted({first[0].connection, second[0].connection})
+    assert len(expected) == 2
+    assert closed_connections(server, 2) == expected
+
+
+@pytest.mark.anyio
+async def test_an_adapter_awaited_outside_a_run_closes_its_connection_after_each_call(
+    server: OpenAIServer,
+) -> None:
+    adapter = make(server)
+    server.add(Reply(body=completion("one")), Reply(body=completion("two")))
+    await adapter.request(call())
+    await adapter.request(call())
+    connections = sorted(request.connection for request in server.received)
+    assert len(set(connections)) == 2
+    assert closed_connections(server, 2) == connections
+
+
 # --------------------------------------------------------------------------- configuration
 
 

@@ -1,0 +1,35 @@
+"""Language features this build does not execute fail before the run, never silently."""
+
+from __future__ import annotations
+
+import pytest
+
+import kedi
+from kedi.errors import KediCheckError
+
+CASES = [
+    pytest.param("> adapter: dspy\n>> Hi [x].\n= <x>\n", 1, "`> adapter: dspy`", id="dspy-adapter"),
+    pytest.param(
+        "@greet() -> str:\n    > adapter: dspy\n    = hi\n= <greet()>\n",
+        2,
+        "`> adapter: dspy`",
+        id="dspy-in-procedure",
+    ),
+    pytest.param("> import: helpers\n= done\n", 1, "`> import:`", id="import"),
+    pytest.param("> codemode: enabled\n= done\n", 1, "`> codemode:`", id="codemode"),
+]
+
+
+@pytest.mark.parametrize(("source", "line", "feature"), CASES)
+def test_unsupported_feature_fails_at_compile_with_its_line(source: str, line: int, feature: str) -> None:
+    with pytest.raises(KediCheckError) as caught:
+        kedi.compile(source, path="flow.kedi")
+    (diagnostic,) = caught.value.diagnostics
+    assert diagnostic.line == line
+    assert diagnostic.message == f"{feature} is not supported yet"
+    assert f'File "flow.kedi", line {line}' in caught.value.render()
+
+
+def test_supported_adapter_selected_by_text_still_compiles() -> None:
+    program = kedi.compile("> adapter: offline\n>> Hi [x].\n= <x>\n")
+    assert isinstance(program.run_sync(), str)
