@@ -113,12 +113,17 @@ class Layer:
 
 _ANYTHING = ("kedi",)
 LAYERS = (
-    # The lowest layer: each of these two may import only the other.
+    # The lowest layer: each of these two may import only the other; `kedi._frozen`
+    # (a constructor helper) imports no kedi module and anything may use it.
+    Layer("kedi._frozen", ()),
     Layer("kedi.source", ("kedi.source", "kedi.errors")),
     Layer("kedi.errors", ("kedi.errors", "kedi.source")),
-    Layer("kedi.syntax", ("kedi.source", "kedi.errors", "kedi.syntax")),
+    Layer("kedi.syntax", ("kedi._frozen", "kedi.source", "kedi.errors", "kedi.syntax")),
     Layer("kedi.history", ("kedi.errors", "kedi.source", "kedi.history")),
-    Layer("kedi.adapters", ("kedi.history", "kedi.errors", "kedi.source", "kedi.adapters")),
+    Layer(
+        "kedi.adapters",
+        ("kedi._frozen", "kedi.history", "kedi.errors", "kedi.source", "kedi.adapters"),
+    ),
     # Only the contract, the registry and the run scope: concrete adapters load
     # lazily by name (G11).
     Layer(

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from kedi._frozen import constructor
 from kedi.errors import CapabilityError
 from kedi.history.processors import check_not_reentrant
 
@@ -129,6 +130,10 @@ class CallRequest:
     """Where the call is in the source (`flow.kedi:12`), for error messages."""
     on_exchange: Callable[[Exchange], None] | None = None
     """Transcript sink: called once per model request."""
+
+
+build_request = constructor(CallRequest)
+"""`CallRequest(...)` built with plain slot stores: the same frozen object (see `kedi._frozen`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from kedi.runtime.values import constant_text
 from kedi.syntax import ast
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+UNBOUND: Any = object()
+"""What a lookup returns for a name nothing binds (None is a valid bound value)."""
 
 
 class Scope:
@@ -40,13 +43,25 @@ class Scope:
 
     def lookup(self, name: str) -> Any:
         """Return the value of `name`; raise KeyError if no scope binds it."""
+        value = self.get(name, UNBOUND)
+        if value is UNBOUND:
+            raise KeyError(name)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Return the value of `name`, or `default` if no scope binds it.
+
+        Raises nothing: a miss is the common case for builtin names such as
+        `str`, and a raised-and-caught KeyError per scope costs more than the
+        dict probes themselves.
+        """
         scope: Scope | None = self
         while scope is not None:
-            try:
-                return scope.vars[name]
-            except KeyError:
-                scope = scope.parent
-        raise KeyError(name)
+            value = scope.vars.get(name, UNBOUND)
+            if value is not UNBOUND:
+                return value
+            scope = scope.parent
+        return default
 
     def snapshot(self) -> Scope:
         """A copy of the chain with copied bindings (values shared, later writes unseen)."""
@@ -98,6 +113,11 @@ class SystemText:
     """`> system:` rows, rendered per call in the calling scope."""
 
     rows: tuple[ast.Row, ...]
+    text: str | None = field(init=False, compare=False, repr=False)
+    """The rendered text when the rows substitute nothing (then the same for every call), else None."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", constant_text(self.rows))
 
 
 @dataclass(frozen=True, slots=True)

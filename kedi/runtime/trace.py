@@ -8,7 +8,7 @@ carries a snapshot of the stack; outer frames let it pass unchanged.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from kedi.errors import (
     AdapterError,
@@ -38,6 +38,18 @@ def current_frames() -> tuple[KediTraceFrame, ...]:
     return _STACK.get()
 
 
+def entry(
+    kind: str,
+    span: Span | None,
+    *,
+    label: str | None = None,
+    procedure: str | None = None,
+    snippet: str = "",
+) -> KediTraceFrame:
+    """The stack entry a `frame` pushes (immutable, so one entry can serve many runs of a statement)."""
+    return KediTraceFrame(kind, label or kind, span, procedure, snippet)
+
+
 class frame:
     """`with frame(...)`: run a block under a Kedi trace frame; wrap foreign exceptions escaping it.
 
@@ -57,17 +69,31 @@ class frame:
         procedure: str | None = None,
         snippet: str = "",
     ) -> None:
-        self._entry = KediTraceFrame(kind, label or kind, span, procedure, snippet)
+        self._entry = entry(kind, span, label=label, procedure=procedure, snippet=snippet)
 
     def __enter__(self) -> None:
-        self._token = _STACK.set(_STACK.get() + (self._entry,))
+        self._token = push(self._entry)
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
             if isinstance(exc, Exception) and not isinstance(exc, KediExecutionError):
                 raise wrap(exc) from exc  # wrapped while this frame is still on the stack
         finally:
-            _STACK.reset(self._token)
+            pop(self._token)
+
+
+def push(pushed: KediTraceFrame) -> Token[tuple[KediTraceFrame, ...]]:
+    """Push an entry on the running task's stack; give the token to `pop` when leaving.
+
+    `frame` does both around a block; a hot path may do them itself, wrapping
+    foreign exceptions with `wrap` before it pops, as `frame` does.
+    """
+    return _STACK.set(_STACK.get() + (pushed,))
+
+
+def pop(token: Token[tuple[KediTraceFrame, ...]]) -> None:
+    """Remove the entry that `push` returned `token` for."""
+    _STACK.reset(token)
 
 
 def wrap(

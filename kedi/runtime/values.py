@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Sequence
 from decimal import Decimal
 from types import NoneType
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_json
+
+from kedi.syntax import ast
 
 _STR_TYPES = frozenset(
     {
@@ -82,3 +85,24 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
+
+
+def constant_text(rows: Sequence[ast.Row]) -> str | None:
+    """The text of template rows that hold only literal text and captures, else None.
+
+    Such rows render the same every time (a capture shows as `[name]`, rows
+    join with newlines), so callers render them once; rows with a
+    substitution, a call or Python return None and are rendered per use.
+    """
+    lines = []
+    for row in rows:
+        parts = []
+        for segment in row.segments:
+            if isinstance(segment, ast.Text):
+                parts.append(segment.value)
+            elif isinstance(segment, ast.Capture):
+                parts.append(f"[{segment.name}]")
+            else:
+                return None
+        lines.append("".join(parts))
+    return "\n".join(lines)

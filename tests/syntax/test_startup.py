@@ -122,6 +122,7 @@ def test_parse_loads_the_parser_but_not_the_runtime(program: Path, tmp_path: Pat
     _, modules = cli_modules(["parse", str(program)], tmp_path)
     assert kedi_packages(modules) == {
         "kedi",
+        "kedi._frozen",
         "kedi.cli",
         "kedi.errors",
         "kedi.source",
