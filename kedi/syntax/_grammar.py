@@ -249,7 +249,7 @@ def analyse_grammar() -> dict[str, Any]:
             else:
                 actions[state][symbol] = ~rule_index.setdefault(target, len(rule_index))
     lexers = contextual.lexers  # type: ignore[attr-defined]
-    return {
+    return _plain({
         "start_state": conf.start_state,
         "end_state": conf.end_state,
         "actions": actions,
@@ -260,7 +260,22 @@ def analyse_grammar() -> dict[str, Any]:
         ],
         "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
         "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
-    }
+    })
+
+
+def _plain(data: Any) -> Any:
+    """`data` with every string a plain `str`, as `marshal` needs.
+
+    A grammar Lark has just analysed (not read back from Lark's own cache)
+    names symbols with `Token`s, a `str` subclass that `marshal` refuses.
+    """
+    if isinstance(data, str):
+        return str(data)
+    if isinstance(data, dict):
+        return {_plain(key): _plain(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return type(data)(_plain(item) for item in data)
+    return data
 
 
 def _rule_shapes(rules: list[Any]) -> list[StoredRule]:

@@ -99,6 +99,9 @@ class OpenAIServer:
 def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's
+        # algorithm holds the second one for the client's delayed ACK (~40 ms).
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:  # noqa: N802 (the http.server API)
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))

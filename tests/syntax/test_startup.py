@@ -36,8 +36,14 @@ FRAMEWORKS = ("pydantic_ai", "langchain_core", "openai")
 
 
 def cli_modules(args: list[str], cache: Path) -> tuple[list[str], set[str]]:
-    """Run `kedi ARGS` in a fresh interpreter; return its output lines and the modules it loaded."""
-    env = {**os.environ, _table_cache.CACHE_DIR_VARIABLE: str(cache)}
+    """Run `kedi ARGS` in a fresh interpreter; return its output lines and the modules it loaded.
+
+    Lark's own cache goes to a fresh temporary directory beside `cache`, so a
+    cold start is cold for Lark too, as on a machine that never ran kedi.
+    """
+    lark_tmp = cache.parent / f"{cache.name}-tmp"
+    lark_tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, _table_cache.CACHE_DIR_VARIABLE: str(cache), "TMPDIR": str(lark_tmp)}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         capture_output=True,
