@@ -193,7 +193,7 @@ def parse(file: str | None, command: str | None, as_json: bool) -> None:
 @click.option("-c", "--command", "command", metavar="TEXT", help="Check TEXT instead of a file.")
 def check(file: str | None, command: str | None) -> None:
     """Parse a program and run the static checks that need no execution."""
-    from kedi.runtime.program import check_source
+    from kedi.syntax.checks import check_source
 
     source, path = _read_source(file, command)
     try:

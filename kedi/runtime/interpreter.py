@@ -43,18 +43,10 @@ from kedi.runtime.values import render
 from kedi.source import SourceFile, Span
 from kedi.syntax import ast
 from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
+from kedi.syntax.unsupported import UNSUPPORTED_STATEMENTS
 
 if TYPE_CHECKING:
     from kedi.runtime.calls import Texts
-
-UNSUPPORTED_STATEMENTS: dict[type, str] = {
-    ast.Import: "`> import:` is not supported yet",
-    ast.Export: "`> export:` is not supported yet",
-    ast.Package: "`> package:` is not supported yet",
-    ast.Optimize: "`> optimize:` is not supported yet",
-    ast.Auto: "`> auto:` is not supported yet",
-}
-"""Statements this build parses and checks but cannot execute (rejected at check time)."""
 
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"

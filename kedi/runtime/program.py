@@ -20,69 +20,17 @@ from typing import IO, Any
 import anyio
 
 from kedi.adapters.resources import run_scope
-from kedi.errors import Diagnostic, KediCheckError, KediUsageError
+from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
-from kedi.runtime.interpreter import UNSUPPORTED_STATEMENTS, Interpreter
+from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.procedures import KediProcedure
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
-from kedi.syntax.checks import check_or_raise
-from kedi.syntax.directives import NOT_YET_SUPPORTED, NOT_YET_SUPPORTED_ADAPTERS
-
-
-def check_source(
-    source: str, path: str | None = None, *, fragment: bool = False, known_globals: Sequence[str] = ()
-) -> ast.Module:
-    """Parse `source` and run every static check; return the module.
-
-    `known_globals` names values the embedder provides (query arguments, env).
-    """
-    from kedi.syntax import parse
-
-    module = parse(source, path)
-    file = SourceFile(source, path)
-    check_or_raise(module, source=file, fragment=fragment, known_globals=known_globals)
-    _reject_unsupported(module, file)
-    return module
-
-
-def _reject_unsupported(module: ast.Module, source: SourceFile) -> None:
-    """Directives this build cannot execute fail at check time, never silently."""
-    problems = []
-    for node, message in _unsupported_nodes(module.body):
-        problems.append(Diagnostic(node.span, message, source_line=source.line_text(node.span.line)))
-    if problems:
-        raise KediCheckError(problems)
-
-
-def _unsupported_nodes(body: Sequence[ast.Statement]) -> list[tuple[Any, str]]:
-    found: list[tuple[Any, str]] = []
-    for node in body:
-        if type(node) in UNSUPPORTED_STATEMENTS:
-            found.append((node, UNSUPPORTED_STATEMENTS[type(node)]))
-        elif isinstance(node, ast.Directive) and node.name in NOT_YET_SUPPORTED:
-            found.append((node, f"`> {node.name}:` is not supported yet"))
-        elif isinstance(node, ast.Directive) and node.name == "adapter":
-            adapter = _literal_value(node)
-            if adapter in NOT_YET_SUPPORTED_ADAPTERS:
-                found.append((node, f"`> adapter: {adapter}` is not supported yet"))
-        elif isinstance(node, ast.Procedure):
-            found.extend(_unsupported_nodes(node.body))
-        elif isinstance(node, ast.ProfileDef):
-            found.extend(_unsupported_nodes(node.members))
-    return found
-
-
-def _literal_value(directive: ast.Directive) -> str | None:
-    """A one-line directive value written as plain text, else None."""
-    segments = directive.value or ()
-    if not all(isinstance(segment, ast.Text) for segment in segments):
-        return None
-    return "".join(segment.value for segment in segments).strip()
+from kedi.syntax.checks import check_source
 
 
 class Program:

@@ -32,7 +32,7 @@ import ast as python_ast
 import builtins
 import difflib
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import PurePath
@@ -95,6 +95,23 @@ def check_or_raise(
     )
     if diagnostics:
         raise KediCheckError(diagnostics)
+
+
+def check_source(
+    source: str, path: str | None = None, *, fragment: bool = False, known_globals: Sequence[str] = ()
+) -> ast.Module:
+    """Parse `source`, run every static check and reject what this build cannot run; return the module.
+
+    `known_globals` names values the embedder provides (query arguments, env).
+    """
+    from kedi.syntax.parser import parse  # the parser imports this module's package
+    from kedi.syntax.unsupported import reject_unsupported
+
+    module = parse(source, path)
+    file = SourceFile(source, path)
+    check_or_raise(module, source=file, fragment=fragment, known_globals=known_globals)
+    reject_unsupported(module, file)
+    return module
 
 
 # --------------------------------------------------------------------------- scopes

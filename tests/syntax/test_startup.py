@@ -137,6 +137,13 @@ def test_parse_loads_the_parser_but_not_the_runtime(program: Path, tmp_path: Pat
     assert not {"pydantic", "anyio"} & {m.split(".")[0] for m in modules}
 
 
+def test_check_loads_the_checks_but_not_the_runtime(program: Path, tmp_path: Path) -> None:
+    output, modules = cli_modules(["check", str(program)], tmp_path / "cache")
+    assert output == ["Checked successfully."]
+    assert "kedi.runtime" not in kedi_packages(modules)
+    assert not {"pydantic", "anyio"} & {m.split(".")[0] for m in modules}
+
+
 EXIT_PROBE = """
 import atexit, gc, sys
 from kedi.cli import main
