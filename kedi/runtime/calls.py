@@ -216,24 +216,21 @@ class CallLayer:
         """
         lane = call.lane
         if lane is None:
-            prompt, instructions = texts if isinstance(texts, tuple) else await texts()
-            return (await self._send(call, prompt, instructions, ())).value
+            return (await self._send(call, texts, ())).value
         async with lane.transaction(call.ticket) as txn:
-            history, cache_key, epoch = txn.snapshot, lane.cache_key, lane.epoch
-            prompt, instructions = texts if isinstance(texts, tuple) else await texts()
-            result = await self._send(call, prompt, instructions, history, cache_key, epoch)
+            result = await self._send(call, texts, txn.snapshot, lane.cache_key, lane.epoch)
             txn.commit(result.new_messages, rewritten=result.rewritten_history, rewrites=result.rewrites)
         return result.value
 
     async def _send(
         self,
         call: PreparedCall,
-        prompt: str,
-        instructions: str,
+        texts: Texts,
         history: Sequence[Any],
         cache_key: str | None = None,
         epoch: int = 0,
     ) -> CallResult:
+        prompt, instructions = texts if isinstance(texts, tuple) else await texts()
         plan = call.plan
         adapter = plan.adapter
         run_id = new_id()

@@ -39,7 +39,7 @@ from kedi.runtime.types import (
     resolve_type,
     type_label,
 )
-from kedi.runtime.values import render
+from kedi.runtime.values import capture_placeholder, render
 from kedi.source import SourceFile, Span
 from kedi.syntax import ast
 from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
@@ -439,7 +439,7 @@ class Interpreter:
             elif isinstance(segment, ast.Call):
                 parts.append(render(await self.call(segment, frame)))
             elif isinstance(segment, ast.Capture):
-                parts.append(f"[{segment.name}]")
+                parts.append(capture_placeholder(segment.name))
             else:
                 parts.append(render(await self.evaluate_python(segment.code, frame)))
         return "".join(parts)

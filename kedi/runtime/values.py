@@ -87,6 +87,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def capture_placeholder(name: str) -> str:
+    """How a capture `[name: Type]` shows in the prompt: `[name]` (decision A10)."""
+    return f"[{name}]"
+
+
 def constant_text(rows: Sequence[ast.Row]) -> str | None:
     """The text of template rows that hold only literal text and captures, else None.
 
@@ -101,7 +106,7 @@ def constant_text(rows: Sequence[ast.Row]) -> str | None:
             if isinstance(segment, ast.Text):
                 parts.append(segment.value)
             elif isinstance(segment, ast.Capture):
-                parts.append(f"[{segment.name}]")
+                parts.append(capture_placeholder(segment.name))
             else:
                 return None
         lines.append("".join(parts))

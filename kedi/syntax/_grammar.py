@@ -79,8 +79,9 @@ RuleShape = tuple[int, str, int, tuple[bool, ...] | None, Callable[..., Any] | N
 
 * `size`: how many symbols the rule pops;
 * `origin`: the nonterminal it produces (the goto key);
-* `mode`: `PASS` (the single child is the value: `?type: type_atom`), `LIST` (a `_rule` or a Lark `*`/`+` helper: the value is
-  the list of children, spliced into the parent), `APPEND` (the `LIST` case
+* `mode`: `PASS` (the single child is the value: `?type: type_atom`), `LIST`
+  (a `_rule` or a Lark `*`/`+` helper: the value is the list of children,
+  spliced into the parent), `APPEND` (the `LIST` case
   ``x: x item``, which appends to the list on the stack) or `BUILD` (a
   `Builder` method);
 * `splice`: per child, whether it is a `LIST` value to splice in (None: none is);
