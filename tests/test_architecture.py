@@ -8,10 +8,12 @@ functions included), so a test never depends on what happens to be imported.
 from __future__ import annotations
 
 import ast as python_ast
+import inspect
 import json
 import re
 import subprocess
 import sys
+import textwrap
 import types
 import zipfile
 from collections import defaultdict
@@ -494,6 +496,16 @@ def test_every_adapter_reports_the_same_capability_rows() -> None:
     ]
     for shortname in ADAPTERS:
         assert list(adapter_class(shortname).capability_rows()) == names, shortname
+
+
+def test_adapters_that_say_they_check_requests_check_them_first() -> None:
+    """kedi skips its own check before sending to these adapters, so theirs must come first."""
+    for shortname in ADAPTERS:
+        cls = adapter_class(shortname)
+        assert cls.checks_requests, f"{shortname}: a built-in adapter checks its own requests"
+        body = python_ast.parse(textwrap.dedent(inspect.getsource(cls.request))).body[0].body  # type: ignore[attr-defined]
+        calls = [python_ast.unparse(statement) for statement in body[:3]]
+        assert "self.check(request)" in calls, f"{shortname}.request does not start by checking: {calls}"
 
 
 def test_capability_matrix_reads_each_adapters_profile() -> None:

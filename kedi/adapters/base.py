@@ -197,6 +197,20 @@ class Adapter(ABC):
     #: The model id this adapter instance talks to (part of the lane key).
     model_name: str = ""
 
+    checks_requests: ClassVar[bool] = False
+    """True when `request` starts with `self.check(request)`, as kedi's own adapters do.
+
+    kedi checks a request before sending it only to an adapter that does not
+    check it itself: a second check per call is measurable against a fast
+    model. A subclass that overrides `request` without setting this again
+    is assumed not to check.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "request" in cls.__dict__ and "checks_requests" not in cls.__dict__:
+            cls.checks_requests = False
+
     @abstractmethod
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call (including any tool loop and validation retries)."""

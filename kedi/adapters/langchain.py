@@ -118,6 +118,7 @@ class LangChainAdapter(Adapter):
     """Runs kedi calls on a LangChain chat model, with kedi's own tool loop."""
 
     shortname: ClassVar[str] = "langchain"
+    checks_requests: ClassVar[bool] = True
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,

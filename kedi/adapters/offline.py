@@ -59,6 +59,7 @@ class OfflineAdapter(Adapter):
     """Deterministic offline model; `offline` is the default when none is configured."""
 
     shortname: ClassVar[str] = "offline"
+    checks_requests: ClassVar[bool] = True
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,

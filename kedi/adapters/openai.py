@@ -122,6 +122,7 @@ class OpenAIAdapter(Adapter):
     """Any OpenAI-compatible chat-completions endpoint (see the module docstring)."""
 
     shortname: ClassVar[str] = "openai"
+    checks_requests: ClassVar[bool] = True
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,

@@ -151,6 +151,7 @@ class PydanticAdapter(Adapter):
     """Runs kedi calls through a Pydantic AI `Agent` (asyncio only)."""
 
     shortname: ClassVar[str] = "pydantic"
+    checks_requests: ClassVar[bool] = True
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,

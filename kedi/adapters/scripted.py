@@ -230,6 +230,7 @@ class ScriptAdapter(Adapter):
     """Replays the replies of a JSON script file (see the module docstring)."""
 
     shortname: ClassVar[str] = "script"
+    checks_requests: ClassVar[bool] = True
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["new_id", "resolve_conversation_id", "resolve_run_id"]
@@ -18,23 +19,26 @@ _RAND_B_BITS = 62
 _HEX_BYTE = tuple(f"{byte:02x}" for byte in range(256))
 """The two hex digits of each byte value: the last two digits of an id."""
 
-# The id sequence: millisecond `_ms`, 74 random bits `_high << 8 | _low`, and
-# `_head`, the text of the id but for its last two hex digits (`_low`). Ids of
-# one millisecond count `_low` up and reuse `_head`, so most ids are one table
-# lookup and one concatenation: formatting 128-bit numbers, done every 256 ids
-# or each millisecond, cost about 3x more (and kedi makes an id per call).
+# The id sequence lives in `_state`: (millisecond, `_high`, `_head`, counter).
+# `_head` is the text of the id but for its last two hex digits, which the
+# counter supplies: the 74 random bits of an id are `_high << 8 | low`. Ids of
+# one millisecond count `low` up and reuse `_head`, so most ids are a clock
+# read, a `next` and one concatenation, with no lock: reading the state tuple
+# and `next` on an `itertools.count` are each atomic, so concurrent threads
+# never draw the same `low` from one state. Everything else (a new
+# millisecond, 256 ids in one, a fork) takes `_lock` and swaps in a new state.
+# kedi makes an id per model call, and a lock per id cost more than the rest.
 _lock = threading.Lock()
-_ms = 0
-_high = 0
-_low = 0
-_head = ""
+_STALE: tuple[int, int, str, Iterator[int]] = (-1, 0, "", iter(()))
+_state = _STALE
+_random_pool = b""
 
 
 def _reset_after_fork() -> None:
-    # A forked child must not continue the parent's sequence: both would emit
-    # the same "next" id in the same millisecond.
-    global _ms
-    _ms = 0
+    # A forked child must neither continue the parent's sequence (both would
+    # emit the same "next" id in the same millisecond) nor reuse its random bits.
+    global _state, _random_pool
+    _state, _random_pool = _STALE, b""
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - absent only on Windows
@@ -46,52 +50,57 @@ def new_id() -> str:
 
     Layout (RFC 9562): 48-bit Unix milliseconds, version 7, 12 random bits,
     variant `10`, 62 random bits. Ids made in one process are strictly
-    increasing: within one millisecond (or if the clock steps back) the 74
-    random bits of the previous id are incremented instead of redrawn.
+    increasing in each thread and unique across threads: within one
+    millisecond (or if the clock steps back) the 74 random bits of the
+    previous id are incremented instead of redrawn.
     """
-    global _low
-    now_ms = time.time_ns() // 1_000_000
+    ms, _, head, counter = _state
+    if time.time_ns() // 1_000_000 <= ms:
+        low = next(counter)
+        if low <= 0xFF:
+            return head + _HEX_BYTE[low]
+    return _next_state()
+
+
+def _next_state() -> str:
+    """Move to a new millisecond or carry into `_high`; return the first id of the new state."""
+    global _state
     with _lock:
-        if now_ms > _ms:
-            _start(now_ms, _random_bits())
-        elif _low < 0xFF:
-            _low += 1
+        ms, high, _, _ = _state
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms > ms:
+            rand = _random_bits()
+            ms, high, low = now_ms, rand >> 8, rand & 0xFF
+        elif (high + 1) >> (_RAND_BITS - 8):  # the counter overflowed: borrow the next millisecond
+            rand = _random_bits()
+            ms, high, low = ms + 1, rand >> 8, rand & 0xFF
         else:
-            _carry()
-        return _head + _HEX_BYTE[_low]
+            high, low = high + 1, 0
+        head = _format_head(ms, high)
+        _state = (ms, high, head, itertools.count(low + 1))
+        return head + _HEX_BYTE[low]
 
 
 def _random_bits() -> int:
-    # Drawn only when a millisecond starts: ids made within one millisecond
-    # count on instead, so most ids make no system call.
-    return int.from_bytes(os.urandom(10), "big") >> (80 - _RAND_BITS)
+    """74 fresh random bits (under `_lock`), from a pool of `os.urandom` bytes.
+
+    Drawn only when a millisecond starts; the pool makes that one system call
+    per 400 milliseconds rather than one per millisecond.
+    """
+    global _random_pool
+    if not _random_pool:
+        _random_pool = os.urandom(4000)
+    chunk, _random_pool = _random_pool[:10], _random_pool[10:]
+    return int.from_bytes(chunk, "big") >> (80 - _RAND_BITS)
 
 
-def _start(ms: int, rand: int) -> None:
-    """Continue the sequence from `rand` (74 bits) in millisecond `ms` (under `_lock`)."""
-    global _ms, _high, _low
-    _ms, _high, _low = ms, rand >> 8, rand & 0xFF
-    _format_head()
-
-
-def _carry() -> None:
-    """Increment the random bits past a multiple of 256 (under `_lock`)."""
-    global _high, _low
-    if (_high + 1) >> (_RAND_BITS - 8):  # the counter overflowed: borrow the next millisecond
-        _start(_ms + 1, _random_bits())
-    else:
-        _high, _low = _high + 1, 0
-        _format_head()
-
-
-def _format_head() -> None:
-    """Set `_head` to the id text of `_ms` and `_high`, without its last two hex digits."""
-    global _head
-    rand = _high << 8
+def _format_head(ms: int, high: int) -> str:
+    """The id text of millisecond `ms` and random bits `high << 8`, without its last two hex digits."""
+    rand = high << 8
     rand_a, rand_b = rand >> _RAND_B_BITS, rand & ((1 << _RAND_B_BITS) - 1)
-    value = (_ms & _MS_MASK) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
     digits = f"{value:032x}"
-    _head = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:30]}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:30]}"
 
 
 def resolve_run_id(explicit: str | None = None) -> str:

@@ -216,50 +216,57 @@ class CallLayer:
         """
         lane = call.lane
         if lane is None:
-            return (await self._send(call, texts, ())).value
+            return (await self.send(call.plan, call.output, call.origin, texts)).value
         async with lane.transaction(call.ticket) as txn:
-            result = await self._send(call, texts, txn.snapshot, lane.cache_key, lane.epoch)
+            result = await self.send(call.plan, call.output, call.origin, texts, lane, txn.snapshot)
             txn.commit(result.new_messages, rewritten=result.rewritten_history, rewrites=result.rewrites)
         return result.value
 
-    async def _send(
+    async def send(
         self,
-        call: PreparedCall,
+        plan: AgentPlan,
+        output: OutputSpec | None,
+        origin: str,
         texts: Texts,
-        history: Sequence[Any],
-        cache_key: str | None = None,
-        epoch: int = 0,
+        lane: Lane | None = None,
+        history: Sequence[Any] = (),
     ) -> CallResult:
+        """Build the request of one call and send it; `lane` and `history` when history is on.
+
+        A call without history needs no ticket: the interpreter sends it
+        straight away, without `prepare` and `execute` (the path of every
+        sequential call without history).
+        """
         prompt, instructions = texts if isinstance(texts, tuple) else await texts()
-        plan = call.plan
         adapter = plan.adapter
         run_id = new_id()
         conversation_id = self.conversation.conversation_id
-        history_on = call.lane is not None
+        history_on = lane is not None
         transcript = self.transcript
         if self.hooks:
             prompt = await self._run_hooks(
-                PromptEvent(prompt, call.origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
+                PromptEvent(prompt, origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
             )
         request = build_request(
             prompt=prompt,
             instructions=instructions,
             history=history,  # type: ignore[arg-type]
-            output=call.output,
+            output=output,
             tools=plan.tools,
             settings=plan.settings,
             model=adapter.model_name,
             run_id=run_id,
             conversation_id=conversation_id,
-            cache_key=cache_key,
-            cache_epoch=epoch,
+            cache_key=None if lane is None else lane.cache_key,
+            cache_epoch=0 if lane is None else lane.epoch,
             history_processor=plan.processor,
-            origin=call.origin,
+            origin=origin,
             on_exchange=None
             if transcript is None
             else _exchange_sink(transcript, adapter, plan.key, history_on, run_id, conversation_id, plan.settings),
         )
-        adapter.check(request)
+        if not adapter.checks_requests:
+            adapter.check(request)
         if self.limiter is None:
             return await adapter.request(request)
         async with self.limiter:

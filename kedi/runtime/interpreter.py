@@ -27,7 +27,7 @@ from kedi.errors import (
 from kedi.runtime import trace
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
 from kedi.runtime.python_bridge import PythonBridge, PythonFailure
-from kedi.runtime.scheduler import KediPromise, ScheduledCall, Scheduler
+from kedi.runtime.scheduler import KediPromise, Scheduler
 from kedi.runtime.scopes import UNBOUND, AgentState, Args, HistoryPolicy, Profile, Scope, SystemText
 from kedi.runtime.sites import CallSite, call_site
 from kedi.runtime.types import (
@@ -148,34 +148,43 @@ class Interpreter:
     async def _model_statement(self, node: ast.Template | ast.RawInvoke, frame: Frame) -> None:
         """`>> ...` and `[x] << ...`: one model call, its outputs bound (as promises while scheduled).
 
-        The statement's trace frame is pushed by hand rather than with
-        `trace.frame` as other statements do: this runs for every model call,
-        and the context manager costs 4.6k machine instructions more (~1 µs).
+        This runs for every model call, so the common case (no scheduler,
+        nothing to render) goes straight from the call site to the call layer:
+        every function call and object saved here is measurable against a
+        zero-latency model. For the same reason the statement's trace frame is
+        not pushed: an error escaping the statement gets it on the way out
+        (`trace.attach`), and a scheduled call pushes it only while it spawns.
         """
         site = call_site(node, node.rows)
-        token = trace.push(self._trace_entry(site, frame.procedure))
         try:
             if isinstance(node, ast.RawInvoke):
                 self._check_assignable(node.target, frame)
             annotations = tuple([capture.resolve(self, frame.scope) for capture in site.captures])
-            result = await self._model_call(site, annotations, frame)
-            self._bind_outputs(node, site, result, frame)
-        except KediExecutionError:
+            if frame.scheduler is not None:
+                await self._schedule_call(node, site, annotations, frame)
+                return
+            system = frame.agent.system
+            prompt, instructions = site.prompt, "" if system is None else system.text
+            if prompt is None or instructions is None:
+                prompt, instructions = await self._render_texts(site, system, frame)
+            plan = self.calls.plan(self, frame.agent)
+            output = site.output_spec(annotations) if annotations else None
+            if plan.history:
+                result = await self.calls.execute(self.calls.prepare(plan, output, site.origin), (prompt, instructions))
+            else:
+                result = (await self.calls.send(plan, output, site.origin, (prompt, instructions))).value
+            if isinstance(node, ast.RawInvoke):
+                self.bind(frame, node.target, result, node.span)
+            else:
+                for capture in site.captures:
+                    self.bind(frame, capture.name, result[capture.name], node.span)
+        except KediExecutionError as error:
+            trace.attach(error, self._trace_entry(site, frame.procedure))
             raise
         except Exception as exc:
-            raise trace.wrap(exc) from exc  # wrapped while the statement's frame is still pushed
-        finally:
-            trace.pop(token)
-
-    def _bind_outputs(self, node: ast.Template | ast.RawInvoke, site: CallSite, result: Any, frame: Frame) -> None:
-        """Bind a template's captures, or a raw invoke's reply, from a call's result (or its `ScheduledCall`)."""
-        call = result if isinstance(result, ScheduledCall) else None
-        if isinstance(node, ast.RawInvoke):
-            self.bind(frame, node.target, KediPromise(call, None) if call is not None else result, node.span)
-            return
-        for capture in site.captures:
-            name = capture.name
-            self.bind(frame, name, KediPromise(call, name) if call is not None else result[name], node.span)
+            error = trace.wrap(exc)
+            trace.attach(error, self._trace_entry(site, frame.procedure))
+            raise error from exc
 
     def _trace_entry(self, site: CallSite, procedure: str | None) -> KediTraceFrame:
         """The trace frame of a `>>` / `<<` statement, built once per node and procedure."""
@@ -185,8 +194,10 @@ class Interpreter:
             entry = site.trace = trace.entry("template", span, procedure=procedure, snippet=self.snippet(span))
         return entry
 
-    async def _model_call(self, site: CallSite, annotations: tuple[Any, ...], frame: Frame) -> Any:
-        """Render and send one call; in parallel mode schedule it and return its `ScheduledCall`.
+    async def _schedule_call(
+        self, node: ast.Template | ast.RawInvoke, site: CallSite, annotations: tuple[Any, ...], frame: Frame
+    ) -> None:
+        """Schedule a call (parallel mode) and bind its outputs as promises of its `ScheduledCall`.
 
         `annotations` are the resolved capture types (empty for a text call).
         A prompt that calls procedures (which may make model calls of their
@@ -194,13 +205,14 @@ class Interpreter:
         place in its lane; any other prompt renders inside the scheduled task
         from a snapshot of the values visible now.
         """
-        system = frame.agent.system
         scheduler = frame.scheduler
+        assert scheduler is not None
+        system = frame.agent.system
         instructions = "" if system is None else system.text
         texts: Texts
         if site.prompt is not None and instructions is not None:
             texts = (site.prompt, instructions)  # both rendered ahead: nothing to render or snapshot
-        elif scheduler is None or self._calls_procedures((*site.rows, *(system.rows if system else ())), frame):
+        elif self._calls_procedures((*site.rows, *(system.rows if system else ())), frame):
             texts = await self._render_texts(site, system, frame)
         else:
             snapshot = frame.snapshot()
@@ -211,10 +223,28 @@ class Interpreter:
         plan = self.calls.plan(self, frame.agent)
         output = site.output_spec(annotations) if annotations else None
         prepared = self.calls.prepare(plan, output, site.origin)
-        if scheduler is None:
-            return await self.calls.execute(prepared, texts)
+
+        async def run_call() -> Any:
+            try:
+                return await self.calls.execute(prepared, texts)
+            except KediExecutionError:
+                raise
+            except Exception as exc:
+                # Wrapped in the task, whose trace stack ends with this statement's
+                # frame: the error points at the call that failed, wherever it is forced.
+                raise trace.wrap(exc) from exc
+
         frame.sequence += 1
-        return scheduler.spawn(frame.sequence, site.origin, lambda: self.calls.execute(prepared, texts))
+        token = trace.push(self._trace_entry(site, frame.procedure))  # the task copies the stack now
+        try:
+            call = scheduler.spawn(frame.sequence, site.origin, run_call)
+        finally:
+            trace.pop(token)
+        if isinstance(node, ast.RawInvoke):
+            self.bind(frame, node.target, KediPromise(call, None), node.span)
+            return
+        for capture in site.captures:
+            self.bind(frame, capture.name, KediPromise(call, capture.name), node.span)
 
     async def _render_texts(self, site: CallSite, system: SystemText | None, frame: Frame) -> tuple[str, str]:
         """A call's prompt and `> system:` instructions ("" without one), in that order.
@@ -508,9 +538,14 @@ class Interpreter:
 
     def find(self, name: str, scope: Scope) -> Any:
         """What `lookup` finds, or `UNBOUND` instead of a KeyError (no exception on a miss)."""
-        value = scope.get(name, UNBOUND)
-        if value is UNBOUND:
-            value = self.bridge.prelude.get(name, UNBOUND)
+        # `Scope.get`, inlined: capture types are looked up here on every model call.
+        chain: Scope | None = scope
+        while chain is not None:
+            value = chain.vars.get(name, UNBOUND)
+            if value is not UNBOUND:
+                return value
+            chain = chain.parent
+        value = self.bridge.prelude.get(name, UNBOUND)
         if value is UNBOUND:
             value = self.env.get(name, UNBOUND)
         if value is UNBOUND:

@@ -1,7 +1,8 @@
 """Kedi stack traces: frames pointing at `.kedi` lines, never at kedi's own code.
 
 The interpreter pushes a frame for every procedure and statement it runs
-(context-local, so concurrent calls keep separate stacks). When a non-kedi
+(context-local, so concurrent calls keep separate stacks), except model calls,
+which `attach` their frame to an error escaping them. When a non-kedi
 exception escapes a frame it is wrapped once into a `KediExecutionError` that
 carries a snapshot of the stack; outer frames let it pass unchanged.
 """
@@ -94,6 +95,21 @@ def push(pushed: KediTraceFrame) -> Token[tuple[KediTraceFrame, ...]]:
 def pop(token: Token[tuple[KediTraceFrame, ...]]) -> None:
     """Remove the entry that `push` returned `token` for."""
     _STACK.reset(token)
+
+
+def attach(error: KediExecutionError, entry: KediTraceFrame) -> None:
+    """Give `error` the frame `entry` of a statement it escaped that ran without pushing it.
+
+    Model calls, the hottest statements, do not push their frame (see
+    `Interpreter._model_statement`). Every error raised while one runs
+    starts with the running task's stack, so the statement's frame goes right
+    after it; an error from elsewhere (another stack) passes unchanged, as it
+    passes a pushed frame.
+    """
+    outer = _STACK.get()
+    depth = len(outer)
+    if error.frames[:depth] == outer:
+        error.frames = (*outer, entry, *error.frames[depth:])
 
 
 def wrap(

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 import kedi
-from kedi.adapters.base import CallRequest, OutputSpec, build_request
+from kedi.adapters.base import CallRequest, CallResult, OutputSpec, build_request
+from kedi.adapters.offline import OfflineAdapter
 from kedi.runtime.values import constant_text
 from kedi.syntax import ast
 from tests.runtime.conftest import run
@@ -59,3 +60,24 @@ def test_build_request_makes_the_same_frozen_request() -> None:
     assert built == CallRequest(**values)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.prompt = "edited"  # type: ignore[misc]
+
+
+class TextOnlyModel(OfflineAdapter):
+    """A custom adapter without structured output whose `request` never checks."""
+
+    profile = dataclasses.replace(OfflineAdapter.profile, structured_output=False)
+    sent: list[CallRequest]
+
+    async def request(self, request: CallRequest) -> CallResult:
+        self.sent.append(request)
+        return CallResult(value="unchecked", new_messages=())
+
+
+def test_kedi_checks_requests_for_an_adapter_that_does_not_check_them() -> None:
+    adapter = TextOnlyModel()
+    adapter.sent = []
+    assert not TextOnlyModel.checks_requests  # it overrides `request` and says nothing
+    with pytest.raises(kedi.KediExecutionError, match="has no structured output"):
+        run(">> Pick one [n: int].\n= <n>", adapter=adapter)
+    assert adapter.sent == []  # refused before the adapter saw anything
+    assert run("[reply] << Say hi\n= <reply>", adapter=adapter) == "unchecked"

@@ -1,0 +1,94 @@
+"""Kedi stack traces through model calls.
+
+A `>>` / `<<` statement does not push its trace frame (it is the hottest
+statement); an error escaping it gets the frame on the way out. These tests pin
+the frames a user sees, in order, whatever the error passed through.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import kedi
+from kedi.adapters.base import CallRequest, CallResult
+from kedi.adapters.offline import OfflineAdapter
+
+
+class FailingAdapter(OfflineAdapter):
+    """An in-process model whose every call fails with a foreign exception."""
+
+    async def request(self, request: CallRequest) -> CallResult:
+        raise RuntimeError("the model went away")
+
+
+def frames(error: kedi.KediExecutionError) -> list[tuple[str, int | None]]:
+    """The trace as (kind, line) pairs, outermost first."""
+    return [(frame.kind, frame.span.line if frame.span else None) for frame in error.frames]
+
+
+def failure(source: str, **options: object) -> kedi.KediExecutionError:
+    options.setdefault("model", "offline")
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        kedi.compile(source, path="trace.kedi").run_sync(**options)
+    return caught.value
+
+
+NESTED = """\
+@inner(x) -> str:
+  = <`1/0`>
+
+@outer(y) -> str:
+  >> Use <inner(`y`)> now [z]
+  = <z>
+
+>> Top <outer(`"a"`)> [w]
+= <w>
+"""
+
+
+def test_an_error_in_a_procedure_a_prompt_calls_sits_under_each_template() -> None:
+    error = failure(NESTED)
+    assert frames(error) == [
+        ("top-level program", None),
+        ("template", 8),
+        ("procedure", 4),
+        ("template", 5),
+        ("procedure", 1),
+        ("return", 2),
+        ("inline python", 2),
+    ]
+
+
+def test_a_failing_model_call_ends_the_trace_at_its_template() -> None:
+    source = "@ask() -> str:\n  >> Pick one [n: int].\n  = `str(n)`\n\n= <ask()>\n"
+    error = failure(source, adapter=FailingAdapter())
+    assert frames(error) == [("top-level program", None), ("return", 5), ("procedure", 1), ("template", 2)]
+    assert isinstance(error.original, RuntimeError)
+    assert "the model went away" in error.render()
+
+
+def test_an_unknown_capture_type_is_reported_at_its_template() -> None:
+    error = failure("[ok] = fine\n>> Rate it [n: NoSuchType].\n= <n>\n")
+    assert frames(error)[-1] == ("template", 2)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_a_scheduled_call_failure_keeps_its_template_frame(raw: bool) -> None:
+    call = "[reply] << Say hi" if raw else ">> Say hi [reply]"
+    error = failure(f"[ok] = fine\n{call}\n= <reply>\n", adapter=FailingAdapter(), parallel=2)
+    assert ("template", 2) in frames(error)
+    assert frames(error)[0] == ("top-level program", None)
+
+
+def test_a_frame_is_added_once_when_a_procedure_recurses_through_templates() -> None:
+    source = """\
+@count(n: int) -> str:
+  >> Step <`n`> <`1/0 if n == 0 else ''`> [s]
+  >> Next <count(`n - 1`)> [t]
+  = <t>
+
+= <count(`1`)>
+"""
+    error = failure(source)
+    assert [kind for kind, _ in frames(error)].count("template") == 2
+    assert frames(error)[:4] == [("top-level program", None), ("return", 6), ("procedure", 1), ("template", 3)]
