@@ -20,7 +20,7 @@ from typing import Any
 from kedi.source import Span
 from kedi.syntax import ast
 from kedi.syntax._postlex import Token
-from kedi.syntax._text import FedText, constructor
+from kedi.syntax._text import Capture, FedText, TypeName, constructor
 from kedi.syntax.diagnostics import DEFAULT_HINT, IDENTIFIER, NAME_HINT, SyntaxProblem
 from kedi.syntax.directives import DIRECTIVE_NAMES, SPECS
 
@@ -30,7 +30,6 @@ Assign = constructor(ast.Assign)
 Auto = constructor(ast.Auto)
 BareBacktick = constructor(ast.BareBacktick)
 Call = constructor(ast.Call)
-Capture = constructor(ast.Capture)
 ConfigEntry = constructor(ast.ConfigEntry)
 CustomType = constructor(ast.CustomType)
 Directive = constructor(ast.Directive)
@@ -54,13 +53,11 @@ RawInvoke = constructor(ast.RawInvoke)
 Rendered = constructor(ast.Rendered)
 Return = constructor(ast.Return)
 Row = constructor(ast.Row)
-Subst = constructor(ast.Subst)
 SystemDirective = constructor(ast.SystemDirective)
 Template = constructor(ast.Template)
 TestCase = constructor(ast.TestCase)
 TestSuite = constructor(ast.TestSuite)
 TypeLiteral = constructor(ast.TypeLiteral)
-TypeName = constructor(ast.TypeName)
 TypePython = constructor(ast.TypePython)
 TypeSubscript = constructor(ast.TypeSubscript)
 TypeUnion = constructor(ast.TypeUnion)
@@ -131,7 +128,7 @@ class Builder(FedText):
     # ------------------------------------------------------------------ module
 
     def start(self, children: list[Any]) -> ast.Module:
-        body = _statements(_parts(children))
+        body = _statements(children[1:])  # _NL _statement*
         if body and isinstance(body[0], ast.PythonBlock):
             body[0] = replace(body[0], prelude=True)
         source = self.source
@@ -140,14 +137,15 @@ class Builder(FedText):
     # ------------------------------------------------------------------ statements
 
     def template(self, children: list[Any]) -> ast.Template:
-        rows = tuple(part for part in _parts(children) if isinstance(part, ast.Row))
+        rows = tuple(child for child in children if isinstance(child, ast.Row))
         if not rows:
             raise self._problem(children, "Empty template: `>>` needs prompt text")
         return Template(rows=rows, span=self.span_of(children))
 
     def raw_invoke(self, children: list[Any]) -> ast.RawInvoke:
-        target, *rows = _parts(children)
+        target, marker = self._assignment_target(children)
         name, type_ = target.name, target.type
+        rows = [part for part in children[marker + 1 :] if isinstance(part, ast.Row)]
         if type_ is not None and type_ != TypeName(name="str"):
             raise SyntaxProblem(
                 type_.span,
@@ -165,12 +163,12 @@ class Builder(FedText):
         return RawInvoke(target=name, type=type_, rows=tuple(rows), span=self.span_of(children))
 
     def assign(self, children: list[Any]) -> ast.Assign:
-        # ASSIGN_OPEN target _RSQB _EQ value? (_NL | _BNL)
-        target = children[1]
+        # (TARGET | ASSIGN_OPEN target _RSQB) _EQ value? (_NL | _BNL)
+        target, equals = self._assignment_target(children)
         return Assign(
             target=target.name,
             type=target.type,
-            value=self._value(children[4:-1], children),
+            value=self._value(children[equals + 1 : -1], children),
             span=self.span_of(children),
         )
 
@@ -244,13 +242,17 @@ class Builder(FedText):
         return CustomType(name=name, fields=fields, span=self.span_of(children))
 
     def block(self, children: list[Any]) -> _Block:
-        return self._block(children)
+        return self._block(children, children[1:-1])
 
     def param(self, children: list[Any]) -> ast.Param:
-        # NAME (_COLON type)? (_EQ (CODE | FENCE))?
+        # (PARAM | NAME (_COLON type)?) (_EQ (CODE | FENCE))?
         token, *rest = children
-        name = self._name(token, "identifier")
-        type_ = _top_type(rest[1]) if rest and rest[0][0] == "_COLON" else None
+        type_: ast.TypeExpr | None
+        if token[0] == "PARAM":
+            name, type_ = self.name_and_type(token, token[1], token[2])
+        else:
+            name = self._name(token, "identifier")
+            type_ = _top_type(rest[1]) if rest and rest[0][0] == "_COLON" else None
         default: ast.PythonCode | None = None
         if rest and rest[-2][0] == "_EQ":
             if rest[-1][0] == "FENCE":
@@ -289,7 +291,7 @@ class Builder(FedText):
         return Directive(name=name, value=value, config=entries, span=self.span_of(children))
 
     def dir_body(self, children: list[Any]) -> _Block:
-        return self._block(children)
+        return self._block(children, children[1:-1])
 
     def config_entry(self, children: list[Any]) -> ast.ConfigEntry:
         head, *parts = _parts(children)
@@ -309,7 +311,7 @@ class Builder(FedText):
         return ConfigEntry(key=key, value=value, items=items, span=self.span_of(children))
 
     def raw_lines(self, children: list[Any]) -> _Block:
-        block = self._block(children)
+        block = self._block(children, _parts(children))
         block.items = [self.raw_line(line) for line in block.items]
         return block
 
@@ -342,7 +344,7 @@ class Builder(FedText):
         return SystemDirective(rows=tuple(rows), span=self.span_of(children))
 
     def system_rows(self, children: list[Any]) -> _Block:
-        return self._block(children)
+        return self._block(children, _parts(children))
 
     def use(self, children: list[Any]) -> ast.Use:
         head, *parts = _parts(children)
@@ -360,7 +362,7 @@ class Builder(FedText):
         )
 
     def name_list(self, children: list[Any]) -> _Block:
-        return self._block(children)
+        return self._block(children, _parts(children))
 
     def use_name(self, children: list[Any]) -> ast.UseName:
         token = children[0]
@@ -510,7 +512,7 @@ class Builder(FedText):
         )
 
     def suite_body(self, children: list[Any]) -> _Block:
-        return self._block(children)
+        return self._block(children, children[1:-1])
 
     def case(self, children: list[Any]) -> ast.TestCase:
         _, token, *body = _parts(children)
@@ -550,9 +552,6 @@ class Builder(FedText):
         code = self.inline_code(children[0])
         return BareBacktick(code=code, span=code.span)
 
-    def subst(self, children: list[Any]) -> ast.Subst:
-        return Subst(name=self.text(children[1]), span=self.span_of(children))
-
     def call(self, children: list[Any]) -> ast.Call:
         token, *args = _parts(children)
         name = self.text(token)
@@ -576,7 +575,7 @@ class Builder(FedText):
         return InlinePython(code=self.inline_code(children[1]), span=self.span_of(children))
 
     def capture(self, children: list[Any]) -> ast.Capture:
-        # _LSQB NAME (_COLON type)? _RSQB
+        # _LSQB NAME (_COLON type)? _RSQB (a CAPTURE token is built by `segments`)
         return Capture(
             name=self._name(children[1], "identifier"),
             type=_top_type(children[3]) if len(children) > 3 else None,
@@ -587,7 +586,7 @@ class Builder(FedText):
 
     def type_name(self, children: list[Any]) -> ast.TypeName:
         (token,) = children
-        return TypeName(name=self.fed[token[1] : token[2]], span=self.token_span(token))
+        return TypeName(name=self.fed[token[1] : token[2]], span=self.line_span(token))
 
     def type_subscript(self, children: list[Any]) -> ast.TypeSubscript:
         head, *args = _parts(children)
@@ -622,9 +621,21 @@ class Builder(FedText):
 
     # ------------------------------------------------------------------ helpers
 
-    def _block(self, children: list[Any]) -> _Block:
-        """Build from `INDENT items... _DEDENT` children."""
-        return _Block(children[0], _parts(children), self.span_of(children[1:]))
+    def _block(self, children: list[Any], items: list[Any]) -> _Block:
+        """Build from `INDENT ... _DEDENT` children, whose meaningful ones are `items`.
+
+        (`INDENT item+ _DEDENT` bodies pass the children in between: no filtering.)
+        """
+        return _Block(children[0], items, self.span_of(children[1:]))
+
+    def _assignment_target(self, children: list[Any]) -> tuple[_Target, int]:
+        """Return the target of an assignment or raw invoke, and where its `=` or `<<` is."""
+        token = children[0]
+        if token[0] == "TARGET":  # `[`, name and type, `]` and the spaces before `=` or `<<`
+            stop = self.fed.rindex("]", token[1], token[2])
+            return _Target(*self.name_and_type(token, token[1] + 1, stop)), 1
+        # ASSIGN_OPEN target _RSQB
+        return children[1], 3
 
     def _problem(self, children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
         return SyntaxProblem(self.span_of(children), message, hint)

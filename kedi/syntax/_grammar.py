@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from kedi.syntax import _table_cache
 from kedi.syntax._builder import Builder
 from kedi.syntax._postlex import Token
+from kedi.syntax.diagnostics import FUSED
 
 if TYPE_CHECKING:
     from lark import Lark
@@ -94,11 +95,12 @@ class ParseTables:
     """Lark's LALR(1) tables for kedi's grammar, as plain data."""
 
     start_state: int
-    end_state: int
     actions: list[dict[str, int]]
-    """Per state: terminal -> shift target (>= 0) or ``~index`` of the rule to reduce."""
+    """Per state: terminal -> shift target (>= 0) or ``~index`` of the rule to reduce.
+
+    Accepting the program is the shift of `$END` into Lark's end state."""
     gotos: list[dict[str, int]]
-    """Per state: nonterminal -> the state after reducing to it."""
+    """Per state: nonterminal -> the state after reducing to it (past renames: `_skip_renames`)."""
     rules: list[RuleShape]
     lexer_terminals: list[tuple[str, ...]]
     """Per state: the terminal names its contextual lexer tries, in Lark's order."""
@@ -156,9 +158,10 @@ class ParseFailure(Exception):
         """Return the failure for a `pos` where no terminal of the current state matches.
 
         Like Lark's contextual lexer, try every terminal (skipping spaces): what the
-        text starts there is a better report than "no terminal matches".
+        text starts there is a better report than "no terminal matches". The fused
+        terminals (`FUSED`) are left out, so that report is the same as without them.
         """
-        match = tables.compile(tables.root_terminals)
+        match = tables.compile(tuple(name for name in tables.root_terminals if name not in FUSED))
         start = pos
         while (found := match(fed, start)) is not None and found.lastgroup == IGNORED:
             start = found.end()
@@ -220,7 +223,6 @@ def tables_from_stored(stored: dict[str, Any]) -> ParseTables:
     ]
     return ParseTables(
         start_state=stored["start_state"],
-        end_state=stored["end_state"],
         actions=stored["actions"],
         gotos=stored["gotos"],
         rules=rules,
@@ -249,19 +251,51 @@ def analyse_grammar() -> dict[str, Any]:
                 gotos[state][symbol] = target
             else:
                 actions[state][symbol] = ~rule_index.setdefault(target, len(rule_index))
+    # Accepting is a shift of `$END` into the end state: the parse loop then needs no
+    # check for the end state after each reduction (`$END` is the last token).
+    actions[conf.end_state]["$END"] = conf.end_state
     lexers = contextual.lexers  # type: ignore[attr-defined]
+    rules = _rule_shapes(list(rule_index))
+    _skip_renames(actions, gotos, rules)
     return _plain({
         "start_state": conf.start_state,
-        "end_state": conf.end_state,
         "actions": actions,
         "gotos": gotos,
-        "rules": _rule_shapes(list(rule_index)),
+        "rules": rules,
         "lexer_terminals": [
             tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
         ],
         "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
         "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
     })
+
+
+def _skip_renames(
+    actions: list[dict[str, int]], gotos: list[dict[str, int]], rules: list[StoredRule]
+) -> None:
+    """Point every goto into a state that only renames its symbol to where the rename leads.
+
+    A state whose every action reduces one `PASS` rule of one symbol (the state after
+    `template` in a module: `_statement: template`) only changes the state: the goto
+    can go straight to the state after the renamed symbol. That saves the parse loop
+    one reduction per statement. Parsing is the same: no token is lexed in such a
+    state (it is entered by a goto, after the lookahead is read), and the state after
+    the rename acts on a subset of its lookaheads (LALR computes them as the follow
+    set of that very goto), so the same tokens are accepted and the same fail.
+    """
+    renames: dict[int, str] = {}
+    for state, row in enumerate(actions):
+        distinct = set(row.values())
+        if len(distinct) != 1 or (action := distinct.pop()) >= 0:
+            continue
+        size, origin, mode, _, _ = rules[~action]
+        if mode == PASS and size == 1:
+            renames[state] = origin
+    for row in gotos:
+        for symbol, target in list(row.items()):
+            while target in renames:
+                target = row[renames[target]]
+            row[symbol] = target
 
 
 def _plain(data: Any) -> Any:

@@ -28,7 +28,7 @@ positions never swallow comments or the next line's indentation.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from kedi.syntax.diagnostics import SyntaxProblem
 
@@ -86,45 +86,62 @@ class Layout:
                 start += 1
         return start
 
-    def newline(self, start: int, end: int, before: tuple[int, int]) -> Token:
+    def newline(self, start: int, end: int, breaks: int, line: int, base: int) -> Token:
         """Return the `_NL` or `_BNL` token for the newline run ``[start, end)``.
 
-        `before` is the ``(line, base)`` of the line the run closes.
+        `breaks` is how many line breaks the run holds; `line` and `base` are
+        those of the line the run closes (see `Token`).
         """
-        line_end = _content_end(self.text, start)
-        self.last_line_end = ("_DEDENT", line_end, line_end, *before)
-        blank = _crosses_blank_line(self.text, start, end)
+        text = self.text
+        # Step back over the line's trailing spaces, so spans end at its last character.
+        line_end = start
+        while line_end > 0 and text[line_end - 1] in " \t":
+            line_end -= 1
+        self.last_line_end = ("_DEDENT", line_end, line_end, line, base)
+        blank = breaks > 1 and _crosses_blank_line(text, start, end)
         if not self.in_signature:
             # The fed text's leading line break only carries the first line's indentation.
             blank = blank and not self.first
             self.first = False
-        return ("_BNL" if blank else "_NL", line_end, line_end, *before)
+        return ("_BNL" if blank else "_NL", line_end, line_end, line, base)
 
-    def indentation(self, start: int, end: int, after: tuple[int, int]) -> Iterator[Token]:
-        """Yield the `INDENT` or `_DEDENT` tokens for the row after the newline run ``[start, end)``.
+    def indentation(
+        self, start: int, indent: int, end: int, after: tuple[int, int]
+    ) -> Iterable[Token]:
+        """Return the `INDENT` or `_DEDENT` tokens for the row after the newline run ``[start, end)``.
 
-        `after` is the ``(line, base)`` of that row. Inside a signature, line
-        breaks have no indentation meaning. A dedent to no enclosing level is
-        reported after the `_DEDENT` tokens, whose reductions may fail first.
+        The row's indentation is ``[indent, end)`` and `after` its ``(line, base)``.
+        Inside a signature, line breaks have no indentation meaning. Most rows keep
+        the indentation: they get an empty tuple, not a generator.
         """
         if self.in_signature:
-            return
+            return ()
         text = self.text
         levels = self.levels
-        width = indent_width(text[text.rfind("\n", start, end) + 1 : end])
+        width = indent_width(text[indent:end])
+        if width == levels[-1]:
+            return ()
         if width < levels[-1] and text.startswith(">>", end):
             width = _anomaly_width(text, end, width, levels)
         if width > levels[-1]:
             levels.append(width)
-            yield ("INDENT", end, end, *after, start)  # type: ignore[misc]
-            return
+            return (("INDENT", end, end, *after, start),)  # type: ignore[return-value]
+        return self._dedents(width, indent, end)
+
+    def _dedents(self, width: int, indent: int, end: int) -> Iterator[Token]:
+        """Yield the `_DEDENT` tokens down to `width` for the row indented by ``[indent, end)``.
+
+        A dedent to no enclosing level is reported after the `_DEDENT` tokens,
+        whose reductions may fail first.
+        """
+        levels = self.levels
         open_levels = tuple(levels)
         while width < levels[-1]:
             levels.pop()
             yield self.last_line_end
         if width != levels[-1]:
             raise SyntaxProblem(
-                (text.rfind("\n", start, end) + 1, end),
+                (indent, end),
                 f"Unexpected dedent: an indentation of {_columns(width)} matches no enclosing block",
                 f"indent this line like one of the enclosing blocks ({', '.join(map(_columns, open_levels))})",
             )
@@ -138,17 +155,11 @@ def _columns(width: int) -> str:
     return f"{width} column" if width == 1 else f"{width} columns"
 
 
-def _content_end(text: str, position: int) -> int:
-    """Step back over the trailing spaces of a line, so spans end at its last character."""
-    while position > 0 and text[position - 1] in " \t":
-        position -= 1
-    return position
-
-
 def _crosses_blank_line(text: str, start: int, end: int) -> bool:
-    """Tell whether a newline run holds a whitespace-only line outside block comments."""
-    if text.count("\n", start, end) < 2:
-        return False
+    """Tell whether a newline run (of two or more line breaks) holds a whitespace-only line.
+
+    Lines inside block comments do not count.
+    """
     in_block = False
     for line in text[start:end].split("\n")[1:-1]:
         stripped = line.strip()

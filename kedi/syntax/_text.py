@@ -20,17 +20,23 @@ from kedi.syntax import ast
 from kedi.syntax._postlex import MULTILINE, Token, indent_width
 from kedi.syntax.diagnostics import FEED_SHIFT, SyntaxProblem
 
+_tuple_new = tuple.__new__
 _ESCAPE = re.compile(r"\\(.)|~~", re.DOTALL)
 _ESCAPES = {**{char: char for char in "<>[](),=@#~`\\"}, "t": "\t", "n": "\n", "s": " "}
 _STRING_ESCAPE = re.compile(r"\\(.)")
 _STRING_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t"}
 _BLOCK_COMMENT = re.compile(r"^[ \t]*###[ \t]*\n(.*?)^[ \t]*###[ \t]*$", re.MULTILINE | re.DOTALL)
 _PLAIN_TEXT = frozenset({"TEXT", "ARG_TEXT"})
+_TOKEN_SEGMENTS = frozenset({"SUBST", "CAPTURE"})
+"""The segments that are one token in a row (see grammar/kedi.lark); the other tokens are literal."""
 
 # The nodes made in this module, through their fast constructors.
 Text = constructor(ast.Text)
 PythonCode = constructor(ast.PythonCode)
 Docstring = constructor(ast.Docstring)
+Subst = constructor(ast.Subst)
+Capture = constructor(ast.Capture)
+TypeName = constructor(ast.TypeName)
 
 
 class FedText:
@@ -75,12 +81,18 @@ class FedText:
             end_line, end_column = self.location(last, last[2])
         else:
             end_line, end_column = last[3], last[2] - last[4]
-        return new_span(self.path, line, column, end_line, end_column)
+        # `new_span` without its call: this is where most nodes get their span
+        return _tuple_new(Span, (self.path, line, column, end_line, end_column))  # type: ignore[no-any-return]
 
     def token_span(self, token: Token) -> Span:
         """Return the span of one token."""
         end_line, end_column = self.location(token, token[2])
         return new_span(self.path, token[3], token[1] - token[4], end_line, end_column)
+
+    def line_span(self, token: Token) -> Span:
+        """Return the span of a token that holds no line break (faster than `token_span`)."""
+        _, start, end, line, base = token
+        return new_span(self.path, line, start - base, line, end - base)
 
     def offset_span(self, start: int, end: int) -> Span:
         """Return the span of fed-text offsets ``[start, end)``."""
@@ -94,8 +106,9 @@ class FedText:
         code = raw.strip()
         if not code:
             raise SyntaxProblem(self.token_span(token), "Inline Python expression cannot be empty")
-        start = token[1] + 1 + len(raw) - len(raw.lstrip())
-        first_line = token[3] + self.fed.count("\n", token[1], start)
+        first_line = token[3]
+        if "\n" in raw:  # the code may start on a later line than its backtick
+            first_line += raw.count("\n", 0, len(raw) - len(raw.lstrip()))
         return PythonCode(code=code, first_line=first_line, span=self.token_span(token))
 
     def fence_code(self, token: Token) -> ast.PythonCode:
@@ -161,8 +174,14 @@ class FedText:
                 segments.append(piece)
                 index += 1
                 continue
+            if piece[0] in _TOKEN_SEGMENTS:
+                segments.append(self._token_segment(piece))
+                index += 1
+                continue
             run = index + 1
-            while run <= last and type(pieces[run]) is tuple:
+            while (
+                run <= last and type(pieces[run]) is tuple and pieces[run][0] not in _TOKEN_SEGMENTS
+            ):
                 run += 1
             text = self.fed[piece[1] : piece[2]]
             if (
@@ -185,6 +204,30 @@ class FedText:
                     segments.append(literal.node())
             index = run
         return tuple(segments)
+
+    def _token_segment(self, token: Token) -> ast.Subst | ast.Capture:
+        """Return the node of a segment that is one token: `<name>`, `[name]` or `[name: Dotted]`."""
+        if token[0] == "SUBST":  # `<`, the name with any spaces around it, `>`
+            return Subst(
+                name=self.fed[token[1] + 1 : token[2] - 1].strip(), span=self.line_span(token)
+            )
+        name, type_ = self.name_and_type(token, token[1] + 1, token[2] - 1)
+        return Capture(name=name, type=type_, span=self.line_span(token))
+
+    def name_and_type(self, token: Token, start: int, stop: int) -> tuple[str, ast.TypeName | None]:
+        """Read `name` or `name: Dotted`, spaces around each part, at ``[start, stop)`` in a token.
+
+        The token is a CAPTURE, TARGET or PARAM, which stands for the name, type and
+        punctuation tokens of the same text, and holds no line break.
+        """
+        name, colon, type_text = self.fed[start:stop].partition(":")
+        if not colon:
+            return name.strip(), None
+        dotted = type_text.strip()
+        # the type starts after the name part, `:` and the spaces before the type
+        column = start + len(name) + 1 + len(type_text) - len(type_text.lstrip()) - token[4]
+        span = new_span(self.path, token[3], column, token[3], column + len(dotted))
+        return name.strip(), TypeName(name=dotted, span=span)
 
     def _plain_text(self, token: Token, text: str, first: bool, last: bool) -> ast.Text | None:
         """Return the `Text` of one text token without escapes, trimmed at the row's ends."""

@@ -54,6 +54,8 @@ PHRASES = {
     "_EQ": "`=`",
     "_RAW": "`<<`",
     "_LT": "`<`",
+    "SUBST": "`<`",
+    "CAPTURE": "`[`",
     "_GT": "closing `>`",
     "_LSQB": "`[`",
     "_RSQB": "closing `]`",
@@ -65,6 +67,7 @@ PHRASES = {
     "_ARROW": "`->`",
     "STAR": "`*`",
     "NAME": "a name",
+    "PARAM": "a name",
     "DOTTED": "a type",
     "STRING": "a string",
     "NUMBER": "a number",
@@ -80,6 +83,7 @@ PHRASES = {
     "CONFIG_KEY": "a `key: value` setting",
     "MODULE_PATH": "a module path",
     "ASSIGN_OPEN": "an assignment `[name] =`",
+    "TARGET": "an assignment `[name] =`",
     "PROC_HEAD": "a procedure `@name(`",
     "TYPE_HEAD": "a custom type `~Name(`",
     "TEST_HEAD": "`@test:`",
@@ -105,6 +109,7 @@ _STATEMENT_STARTS = frozenset(
         "TPL",
         "_EQ",
         "ASSIGN_OPEN",
+        "TARGET",
         "STMT_CODE",
         "FENCE",
         "PROC_HEAD",
@@ -148,6 +153,13 @@ _OPENERS = {
     "TYPE_HEAD": "_RPAR",
 }
 _CLOSERS = frozenset(_OPENERS.values())
+FUSED = {"SUBST": "_LT", "CAPTURE": "_LSQB", "TARGET": "ASSIGN_OPEN", "PARAM": "NAME"}
+"""Terminals that spell a whole construct (`<name>`, `[name]`) in one token -> the token it opens with.
+
+They only make well-formed input cheaper to parse (docs/syntax.md, "One-token
+forms"); errors read as if they did not exist: a failure at one is reported at
+its opening token, and the lexer that names what an unexpected character
+starts leaves them out."""
 _CODE = re.compile(r"`[^`\n]*`?")
 _WORD = re.compile(r"[^\s<>\[\](),:=|`#\\]+")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -184,7 +196,7 @@ def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
     LALR merges lookahead sets, so the terminals listed for a state can include
     some that only a reduction would reject. Replaying the reductions on a copy
     of the state stack, without running the builder, keeps only the terminals
-    that lead to a shift (or to the end).
+    that lead to a shift (accepting the program is a shift of `$END`).
     """
     actions = tables.actions
     accepted = set()
@@ -201,9 +213,6 @@ def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
             if count:
                 del stack[-count:]
             stack.append(tables.gotos[stack[-1]][origin])  # type: ignore[index]
-            if name == "$END" and stack[-1] == tables.end_state:
-                accepted.add(name)
-                break
     return frozenset(accepted)
 
 
@@ -218,7 +227,7 @@ def describe_expected(names: Iterable[str]) -> str:
         phrases.append("a `> name:` directive")
         names -= _DIRECTIVE_HEADS
     if "TEXT" in names or "ARG_TEXT" in names:
-        names -= {"CODE", "FENCE_LIT", "_LT", "_LSQB", "LINE_CONT"}
+        names -= {"CODE", "FENCE_LIT", "_LT", "SUBST", "_LSQB", "CAPTURE", "LINE_CONT"}
     if "_BNL" in names:
         names.discard("_NL")
     if "DOTTED" in names:
@@ -248,6 +257,9 @@ class _Failure:
         token = failure.token
         if token is not None:
             kind, start, end = token[:3]
+            if kind in FUSED:
+                kind = FUSED[kind]
+                end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]
             length = 0 if kind in _ZERO_WIDTH else end - start
             return cls(fed, start, kind, length, expected, failure.values)
         return cls(fed, failure.pos, None, 1, expected, failure.values)

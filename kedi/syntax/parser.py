@@ -80,7 +80,7 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
         ParseFailure: No terminal matches, or the parser cannot take a token.
         SyntaxProblem: The layout pass or the builder rejected the program.
     """
-    actions, gotos, rules, end_state = tables.actions, tables.gotos, tables.rules, tables.end_state
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
     # `state` mirrors `states[-1]`: the loop reads it for every token and reduction.
     state = tables.start_state
     states = [state]
@@ -98,32 +98,34 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                 state = action
                 break
             count, origin, mode, splice, build = rules[~action]
-            if mode == PASS:
-                state = states[-1] = gotos[states[-2]][origin]
-                continue
             if mode == APPEND:
-                item = values.pop()
-                values[-1].append(item)
-                del states[-1]
+                # `x: x item` appends the item to the list below it. The state below is
+                # already the goto on `x` from the state under it, the one this reduction
+                # would compute: it went there from the same state on the same symbol.
+                values[-2].append(values.pop())
+                states.pop()
+                state = states[-1]
+                continue
+            if count == 1:
+                # One symbol (every PASS rule): its value and state are replaced in place.
+                if mode != PASS:
+                    child = values[-1]
+                    # a spliced child is an inline rule's list: the children themselves
+                    children = child if splice else [child]
+                    values[-1] = build(builder, children) if mode == BUILD else children  # type: ignore[misc]
                 state = states[-1] = gotos[states[-2]][origin]
                 continue
             if not count:
                 children = []
-            elif splice is None:
-                children = values[-count:]
-            elif count == 1:
-                children = values[-1]  # one inline rule's list: the children themselves
             else:
-                children = _spliced(values[-count:], splice)
-            if count:
+                children = values[-count:] if splice is None else _spliced(values[-count:], splice)
                 del values[-count:]
                 del states[-count:]
             values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]
             state = gotos[states[-1]][origin]
             states.append(state)
-            if state == end_state:
-                break  # `start` is reduced only before `$END`, the last token
-    return values[-1]
+    # `$END` was shifted into the end state (see `_grammar.analyse_grammar`) after `start`.
+    return values[0]
 
 
 def _tokens(
@@ -152,13 +154,15 @@ def _tokens(
         elif kind == "_NL":
             # The closing newline is parsed (and the row it ends built) before the next
             # row's indentation is judged, so errors come in source order.
-            yield layout.newline(pos, end, (line, base))
-            line += fed.count("\n", pos, end)
+            breaks = fed.count("\n", pos, end)
+            yield layout.newline(pos, end, breaks, line, base)
+            line += breaks
+            last_break = fed.rfind("\n", pos, end)
             # The fed text's own leading line breaks start no source line.
-            base = fed.rfind("\n", pos, end) if line > 1 else 0
+            base = last_break if line > 1 else 0
             if end >= size:
                 break
-            yield from layout.indentation(pos, end, (line, base))
+            yield from layout.indentation(pos, last_break + 1, end, (line, base))
         elif kind != IGNORED:
             start = layout.token(kind, pos, end)
             yield (kind, start, end, line, base)

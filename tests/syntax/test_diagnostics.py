@@ -8,6 +8,7 @@ import re
 import pytest
 
 from kedi.errors import KediSyntaxError, KediUsageError
+from kedi.source import Span
 from kedi.syntax import parse
 from kedi.syntax._grammar import lark_parser
 from kedi.syntax.diagnostics import PHRASES
@@ -511,6 +512,20 @@ def test_messages_use_the_users_words(
         outside_quotes = re.sub(r"`[^`]*`", "", text)
         assert not _TERMINAL.search(outside_quotes), text
         assert "Token(" not in text and "Expected one of" not in text
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "> metric: m:\n  = `1`\n  [a] = 1\n",
+        "> metric: m:\n  = `1`\n  [ a : b.c ] << x\n",
+    ],
+)
+def test_a_one_token_form_is_reported_at_its_opening_bracket(source: str) -> None:
+    """`[name] =` is one token (TARGET); where it cannot stand, the error is the one `[` would get."""
+    diagnostic = diagnostic_of(source)
+    assert diagnostic.message == "Expected the end of the block in `> metric:`, found `[`"
+    assert diagnostic.span == Span("<string>", 3, 3, 3, 4)
 
 
 def test_rendered_layout() -> None:

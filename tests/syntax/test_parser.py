@@ -813,6 +813,38 @@ def test_spans_on_statements_and_segments() -> None:
     assert subst.span == Span("flow.kedi", 3, 8, 3, 11)
 
 
+def test_one_token_forms_have_the_spans_of_their_parts() -> None:
+    """`<name>`, `[name: Dotted]`, `[name: Dotted] =` and `name: Dotted` in a signature are
+    one token each (grammar/kedi.lark); spaces inside them are allowed, and the nodes and
+    spans are those of the bracket-by-bracket spelling."""
+    module = parse(
+        ">> Hi < name >, rate [ x : a.b ] and [y]\n"
+        "[ z : T ] = <\tw\t>\n"
+        "@f(a : int, b: c.d = `1`) -> str:\n"
+        "  = `a`\n"
+    )
+    template, assign, proc = module.body
+    assert isinstance(template, Template) and isinstance(assign, Assign)
+    assert isinstance(proc, Procedure)
+    _, subst, _, typed, _, bare = template.rows[0].segments
+    assert subst == Subst(name="name") and subst.span == Span("<string>", 1, 7, 1, 15)
+    assert typed == Capture(name="x", type=TypeName(name="a.b"))
+    assert typed.span == Span("<string>", 1, 22, 1, 33)
+    assert typed.type is not None and typed.type.span == Span("<string>", 1, 28, 1, 31)
+    assert bare == Capture(name="y", type=None) and bare.span == Span("<string>", 1, 38, 1, 41)
+    assert (assign.target, assign.type) == ("z", TypeName(name="T"))
+    assert assign.span == Span("<string>", 2, 1, 2, 18)
+    assert assign.type is not None and assign.type.span == Span("<string>", 2, 7, 2, 8)
+    assert assign.value == rendered(Subst(name="w"))
+    first, second = proc.params
+    assert first == Param(name="a", type=TypeName(name="int"), default=None)
+    assert first.span == Span("<string>", 3, 4, 3, 11)
+    assert first.type is not None and first.type.span == Span("<string>", 3, 8, 3, 11)
+    assert second.name == "b" and second.type == TypeName(name="c.d")
+    assert second.span == Span("<string>", 3, 13, 3, 25)
+    assert second.type is not None and second.type.span == Span("<string>", 3, 16, 3, 19)
+
+
 def test_parsed_nodes_are_ordinary_frozen_nodes() -> None:
     """The parser builds nodes and spans with fast constructors; they are the same objects."""
     module = parse(">> Hello <name> [reply: str]\n= `reply`\n")
