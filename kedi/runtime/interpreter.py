@@ -157,8 +157,8 @@ class Interpreter:
         """
         site = call_site(node, node.rows)
         try:
-            if isinstance(node, ast.RawInvoke):
-                self._check_assignable(node.target, frame)
+            if site.target is not None:
+                self._check_assignable(site.target, frame)
             annotations = tuple([capture.resolve(self, frame.scope) for capture in site.captures])
             if frame.scheduler is not None:
                 await self._schedule_call(node, site, annotations, frame)
@@ -173,8 +173,8 @@ class Interpreter:
                 result = await self.calls.execute(self.calls.prepare(plan, output, site.origin), (prompt, instructions))
             else:
                 result = (await self.calls.send(plan, output, site.origin, (prompt, instructions))).value
-            if isinstance(node, ast.RawInvoke):
-                self.bind(frame, node.target, result, node.span)
+            if site.target is not None:
+                self.bind(frame, site.target, result, node.span)
             else:
                 for capture in site.captures:
                     self.bind(frame, capture.name, result[capture.name], node.span)
@@ -240,8 +240,8 @@ class Interpreter:
             call = scheduler.spawn(frame.sequence, site.origin, run_call)
         finally:
             trace.pop(token)
-        if isinstance(node, ast.RawInvoke):
-            self.bind(frame, node.target, KediPromise(call, None), node.span)
+        if site.target is not None:
+            self.bind(frame, site.target, KediPromise(call, None), node.span)
             return
         for capture in site.captures:
             self.bind(frame, capture.name, KediPromise(call, capture.name), node.span)

@@ -68,11 +68,13 @@ class CaptureType:
 class CallSite:
     """A `>>` / `<<` statement's node and what it fixes about the call (see the module docs)."""
 
-    __slots__ = ("node", "rows", "captures", "prompt", "origin", "trace", "_output")
+    __slots__ = ("node", "rows", "target", "captures", "prompt", "origin", "trace", "_output")
 
     def __init__(self, node: ast.Template | ast.RawInvoke, rows: tuple[ast.Row, ...]) -> None:
         self.node = node
         self.rows = rows
+        self.target = node.target if isinstance(node, ast.RawInvoke) else None
+        """The name a raw invoke `[x] << ...` binds its reply to; None for a template."""
         self.captures = tuple(
             CaptureType(segment) for row in rows for segment in row.segments if isinstance(segment, ast.Capture)
         )
