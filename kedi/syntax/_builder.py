@@ -143,8 +143,7 @@ class Builder(FedText):
         return Template(rows=rows, span=self.span_of(children))
 
     def raw_invoke(self, children: list[Any]) -> ast.RawInvoke:
-        target, marker = self._assignment_target(children)
-        name, type_ = target.name, target.type
+        name, type_, marker = self._assignment_target(children)
         rows = [part for part in children[marker + 1 :] if isinstance(part, ast.Row)]
         if type_ is not None and type_ != TypeName(name="str"):
             raise SyntaxProblem(
@@ -164,11 +163,11 @@ class Builder(FedText):
 
     def assign(self, children: list[Any]) -> ast.Assign:
         # (TARGET | ASSIGN_OPEN target _RSQB) _EQ value? (_NL | _BNL)
-        target, equals = self._assignment_target(children)
+        name, type_, _ = self._assignment_target(children)
         return Assign(
-            target=target.name,
-            type=target.type,
-            value=self._value(children[equals + 1 : -1], children),
+            target=name,
+            type=type_,
+            value=self._value(children),
             span=self.span_of(children),
         )
 
@@ -179,7 +178,7 @@ class Builder(FedText):
 
     def return_(self, children: list[Any]) -> ast.Return:
         # _EQ value? (_NL | _BNL)
-        return Return(value=self._value(children[1:-1], children), span=self.span_of(children))
+        return Return(value=self._value(children), span=self.span_of(children))
 
     def python_statement(self, children: list[Any]) -> ast.PythonStatement:
         return PythonStatement(code=self.inline_code(children[0]), span=self.span_of(children))
@@ -204,31 +203,32 @@ class Builder(FedText):
         return Row(segments=self.segments(children), span=self.span_of(children))
 
     def procedure(self, children: list[Any]) -> ast.Procedure:
-        head, *parts = _parts(children)
-        name = self._head_name(head, "procedure")
-        params = tuple(part for part in parts if isinstance(part, ast.Param))
+        # PROC_HEAD _params _RPAR (_ARROW type)? _COLON (_NL | _BNL) block?
+        name = self._head_name(children[0], "procedure")
+        params = tuple([part for part in children if isinstance(part, ast.Param)])
         _check_params(params, "parameter")
-        rest = [part for part in parts if not isinstance(part, ast.Param)]
-        block = rest.pop() if rest and isinstance(rest[-1], _Block) else None
-        if block is None:
+        block = children[-1]
+        if not isinstance(block, _Block):
             raise self._problem(
                 children,
                 f"Procedure `{name}` needs an indented body",
                 "indent the body under the `@name(...):` line",
             )
+        returns = children[-4]  # the type after `->`, else the `_RPAR` token
         return Procedure(
             name=name,
             params=params,
-            returns=_top_type(rest[0]) if rest else None,
+            returns=None if type(returns) is tuple else _top_type(returns),
             docstring=self.docstring(block.indent),
             body=tuple(_statements(block.items)),
             span=self.span_of(children),
         )
 
     def custom_type(self, children: list[Any]) -> ast.CustomType:
-        head, *params = _parts(children)
-        name = self._head_name(head, "type")
-        _check_params(tuple(params), "field")
+        # TYPE_HEAD _params _RPAR (_NL | _BNL)
+        name = self._head_name(children[0], "type")
+        params = tuple([part for part in children if isinstance(part, ast.Param)])
+        _check_params(params, "field")
         for param in params:
             if param.default is not None and param.type is None:
                 raise SyntaxProblem(
@@ -246,27 +246,31 @@ class Builder(FedText):
 
     def param(self, children: list[Any]) -> ast.Param:
         # (PARAM | NAME (_COLON type)?) (_EQ (CODE | FENCE))?
-        token, *rest = children
+        token = children[0]
         type_: ast.TypeExpr | None
         if token[0] == "PARAM":
             name, type_ = self.name_and_type(token, token[1], token[2])
         else:
             name = self._name(token, "identifier")
-            type_ = _top_type(rest[1]) if rest and rest[0][0] == "_COLON" else None
+            typed = len(children) > 1 and children[1][0] == "_COLON"
+            type_ = _top_type(children[2]) if typed else None
         default: ast.PythonCode | None = None
-        if rest and rest[-2][0] == "_EQ":
-            if rest[-1][0] == "FENCE":
-                raise self._problem(rest[-1:], "A default cannot be a fenced block", DEFAULT_HINT)
-            default = self.inline_code(rest[-1])
+        if len(children) > 1 and children[-2][0] == "_EQ":
+            if children[-1][0] == "FENCE":
+                raise self._problem(
+                    children[-1:], "A default cannot be a fenced block", DEFAULT_HINT
+                )
+            default = self.inline_code(children[-1])
         return Param(name=name, type=type_, default=default, span=self.span_of(children))
 
     # ------------------------------------------------------------------ directives
 
     def directive(self, children: list[Any]) -> ast.Directive:
-        head, *parts = _parts(children)
+        # DIRECTIVE row? (_NL | _BNL) dir_body?
+        head = children[0]
         name = self._directive_name(head)
-        value = next((part.segments for part in parts if isinstance(part, ast.Row)), None)
-        body = parts[-1] if parts and isinstance(parts[-1], _Block) else None
+        value = children[1].segments if isinstance(children[1], ast.Row) else None
+        body = children[-1] if isinstance(children[-1], _Block) else None
         entries = _config(body, f"`> {name}:`") if body is not None else ()
         spec = SPECS.get(name)
         if value is not None and body is not None:
@@ -294,16 +298,15 @@ class Builder(FedText):
         return self._block(children, children[1:-1])
 
     def config_entry(self, children: list[Any]) -> ast.ConfigEntry:
-        head, *parts = _parts(children)
-        key = self.text(head)[:-1].strip()
+        # CONFIG_KEY row? (_NL | _BNL) raw_lines?
+        key = self.text(children[0])[:-1].strip()
         value: tuple[ast.Segment, ...] = ()
         items: tuple[str, ...] = ()
-        for part in parts:
-            if isinstance(part, ast.Row):
-                value = part.segments
-                _reject_captures(value, f"Output fields are not allowed in the `{key}:` setting")
-            else:
-                items = tuple(part.items)
+        if isinstance(children[1], ast.Row):
+            value = children[1].segments
+            _reject_captures(value, f"Output fields are not allowed in the `{key}:` setting")
+        if isinstance(children[-1], _Block):
+            items = tuple(children[-1].items)
         if value and items:
             raise self._problem(
                 children, f"`{key}:` has both a value and an indented list", "keep one of them"
@@ -553,8 +556,9 @@ class Builder(FedText):
         return BareBacktick(code=code, span=code.span)
 
     def call(self, children: list[Any]) -> ast.Call:
-        token, *args = _parts(children)
-        name = self.text(token)
+        # _LT NAME _LPAR arg (_COMMA arg)* _RPAR _GT
+        name = self.text(children[1])
+        args = children[3:-2:2]
         if len(args) == 1 and not args[0].segments:
             args = []
         for arg in args:
@@ -589,7 +593,9 @@ class Builder(FedText):
         return TypeName(name=self.fed[token[1] : token[2]], span=self.line_span(token))
 
     def type_subscript(self, children: list[Any]) -> ast.TypeSubscript:
-        head, *args = _parts(children)
+        # DOTTED _LSQB type (_COMMA type)* _COMMA? _RSQB
+        head = children[0]
+        args = children[2:-1:2]
         base = TypeName(name=self.text(head), span=self.token_span(head))
         if base.name.rsplit(".", 1)[-1] in _LITERAL_BASES:
             args = [
@@ -628,14 +634,16 @@ class Builder(FedText):
         """
         return _Block(children[0], items, self.span_of(children[1:]))
 
-    def _assignment_target(self, children: list[Any]) -> tuple[_Target, int]:
-        """Return the target of an assignment or raw invoke, and where its `=` or `<<` is."""
+    def _assignment_target(self, children: list[Any]) -> tuple[str, ast.TypeExpr | None, int]:
+        """Return the name and type of an assignment's target, and where its `=` or `<<` is."""
         token = children[0]
         if token[0] == "TARGET":  # `[`, name and type, `]` and the spaces before `=` or `<<`
             stop = self.fed.rindex("]", token[1], token[2])
-            return _Target(*self.name_and_type(token, token[1] + 1, stop)), 1
+            name, type_ = self.name_and_type(token, token[1] + 1, stop)
+            return name, type_, 1
         # ASSIGN_OPEN target _RSQB
-        return children[1], 3
+        target = children[1]
+        return target.name, target.type, 3
 
     def _problem(self, children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
         return SyntaxProblem(self.span_of(children), message, hint)
@@ -682,12 +690,13 @@ class Builder(FedText):
             raise self._problem(children, f"`{head}:` needs an indented body")
         return body[0].items  # type: ignore[no-any-return]
 
-    def _value(self, parts: list[Any], children: list[Any]) -> ast.Value:
-        if parts:
-            return parts[0]  # type: ignore[no-any-return]
-        # `=` with nothing after it: an empty rendered value, placed right after the `=`.
-        equals = next(child for child in children if type(child) is tuple and child[0] == "_EQ")
-        return Rendered(segments=(), span=self.offset_span(equals[2], equals[2]))
+    def _value(self, children: list[Any]) -> ast.Value:
+        """Return the value of `... _EQ value? (_NL | _BNL)` children: the node before the `_NL`."""
+        value = children[-2]
+        if type(value) is not tuple:
+            return value  # type: ignore[no-any-return]
+        # `=` with nothing after it (`value` is the `_EQ`): an empty rendered value, right after it.
+        return Rendered(segments=(), span=self.offset_span(value[2], value[2]))
 
 
 _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)

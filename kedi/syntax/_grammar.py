@@ -38,8 +38,11 @@ IGNORED = "WS"
 Match = Callable[[str, int], "re.Match[str] | None"]
 """A compiled pattern's `match(text, pos)`: one lexer, for one set of parser states."""
 
-PASS, APPEND, LIST, BUILD = 0, 1, 2, 3
-"""What a reduction does with its children (`RuleShape.mode`)."""
+PASS, APPEND, LIST, BUILD, TAKE = 0, 1, 2, 3, 4
+"""What a reduction does with its children (`RuleShape.mode`).
+
+`TAKE` is no rule of the grammar: it shifts the token into the list on the stack
+(see `_take_appends`)."""
 
 
 def grammar_path() -> Path:
@@ -75,7 +78,7 @@ def lark_parser() -> Lark:
     return Lark(text, cache=True, **lark_options())  # type: ignore[arg-type]
 
 
-RuleShape = tuple[int, str, int, tuple[bool, ...] | None, Callable[..., Any] | None]
+RuleShape = tuple[int, str, int, tuple[int, ...] | None, Callable[..., Any] | None]
 """One grammar rule as the parse loop uses it: ``(size, origin, mode, splice, build)``.
 
 * `size`: how many symbols the rule pops;
@@ -83,9 +86,11 @@ RuleShape = tuple[int, str, int, tuple[bool, ...] | None, Callable[..., Any] | N
 * `mode`: `PASS` (the single child is the value: `?type: type_atom`), `LIST`
   (a `_rule` or a Lark `*`/`+` helper: the value is the list of children,
   spliced into the parent), `APPEND` (the `LIST` case
-  ``x: x item``, which appends to the list on the stack) or `BUILD` (a
-  `Builder` method);
-* `splice`: per child, whether it is a `LIST` value to splice in (None: none is);
+  ``x: x item``, which appends to the list on the stack), `BUILD` (a
+  `Builder` method) or `TAKE` (the one rule that is no grammar rule:
+  `_take_appends`);
+* `splice`: the positions of the children that are `LIST` values to splice in,
+  last first (None: none is);
 * `build`: the `Builder` method for `BUILD` rules.
 """
 
@@ -171,7 +176,7 @@ class ParseFailure(Exception):
         return cls(token, states, values, pos)
 
 
-StoredRule = tuple[int, str, int, tuple[bool, ...] | None, str | None]
+StoredRule = tuple[int, str, int, tuple[int, ...] | None, str | None]
 """A `RuleShape` as the table cache stores it: the `Builder` method by name."""
 
 
@@ -257,14 +262,16 @@ def analyse_grammar() -> dict[str, Any]:
     lexers = contextual.lexers  # type: ignore[attr-defined]
     rules = _rule_shapes(list(rule_index))
     _skip_renames(actions, gotos, rules)
+    lexer_terminals = [
+        tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
+    ]
+    _take_appends(actions, rules, lexer_terminals)
     return _plain({
         "start_state": conf.start_state,
         "actions": actions,
         "gotos": gotos,
         "rules": rules,
-        "lexer_terminals": [
-            tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
-        ],
+        "lexer_terminals": lexer_terminals,
         "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
         "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
     })
@@ -296,6 +303,35 @@ def _skip_renames(
             while target in renames:
                 target = row[renames[target]]
             row[symbol] = target
+
+
+def _take_appends(
+    actions: list[dict[str, int]], rules: list[StoredRule], lexer_terminals: list[tuple[str, ...]]
+) -> None:
+    """Make every shift of a token that is then always appended (`x: x TEXT`) a `TAKE`.
+
+    Shifting the token into the state whose every action is that `APPEND`, then
+    appending it to the list below and going back to the state below, is the same as
+    appending it to the list on the stack and staying in the state it was lexed in,
+    when that state takes the same lookaheads (so the same tokens are accepted and the
+    same fail) and lexes with the same terminals. That spares the parse loop one push
+    and one reduction per text, `<name>` and `[name]` segment of a row.
+    """
+    take = len(rules)
+    rules.append((0, "", TAKE, None, None))
+    for state, row in enumerate(actions):
+        for terminal, target in row.items():
+            if target < 0 or target == state:  # a reduction, or accepting (`$END`)
+                continue
+            distinct = set(actions[target].values())
+            if len(distinct) != 1 or (action := distinct.pop()) >= 0:
+                continue
+            if (
+                rules[~action][2] == APPEND
+                and actions[target].keys() == row.keys()
+                and lexer_terminals[target] == lexer_terminals[state]
+            ):
+                row[terminal] = ~take
 
 
 def _plain(data: Any) -> Any:
@@ -334,16 +370,17 @@ def _rule_shapes(rules: list[Any]) -> list[StoredRule]:
     shapes: list[StoredRule] = []
     for rule in rules:
         name = rule.alias or rule.origin.name
-        splice = tuple(symbol.name in listed for symbol in rule.expansion)
         size = len(rule.expansion)
+        # last first: `parser._spliced` splices from the right, so the positions still hold
+        splice = tuple(i for i in reversed(range(size)) if rule.expansion[i].name in listed) or None
         if rule.alias is None and (
             (name in inline and name not in listed)
-            or (rule.options.expand1 and size == 1 and not any(splice))
+            or (rule.options.expand1 and size == 1 and not splice)
         ):
             shapes.append((size, rule.origin.name, PASS, None, None))
         elif rule.alias is None and name in inline:
-            mode = APPEND if splice == (True, False) else LIST
-            shapes.append((size, rule.origin.name, mode, splice if any(splice) else None, None))
+            mode = APPEND if size == 2 and splice == (0,) else LIST
+            shapes.append((size, rule.origin.name, mode, splice, None))
         else:
-            shapes.append((size, rule.origin.name, BUILD, splice if any(splice) else None, name))
+            shapes.append((size, rule.origin.name, BUILD, splice, name))
     return shapes

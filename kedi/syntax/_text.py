@@ -20,6 +20,7 @@ from kedi.syntax import ast
 from kedi.syntax._postlex import MULTILINE, Token, indent_width
 from kedi.syntax.diagnostics import FEED_SHIFT, SyntaxProblem
 
+# `_tuple_new(Span, (...))` is `new_span` without its call, on the paths that make most spans.
 _tuple_new = tuple.__new__
 _ESCAPE = re.compile(r"\\(.)|~~", re.DOTALL)
 _ESCAPES = {**{char: char for char in "<>[](),=@#~`\\"}, "t": "\t", "n": "\n", "s": " "}
@@ -106,9 +107,12 @@ class FedText:
         code = raw.strip()
         if not code:
             raise SyntaxProblem(self.token_span(token), "Inline Python expression cannot be empty")
-        first_line = token[3]
-        if "\n" in raw:  # the code may start on a later line than its backtick
-            first_line += raw.count("\n", 0, len(raw) - len(raw.lstrip()))
+        _, start, end, first_line, base = token
+        if "\n" not in raw:  # nearly always: the token's span is on its line
+            span = _tuple_new(Span, (self.path, first_line, start - base, first_line, end - base))
+            return PythonCode(code=code, first_line=first_line, span=span)
+        # the code may start on a later line than its backtick
+        first_line += raw.count("\n", 0, len(raw) - len(raw.lstrip()))
         return PythonCode(code=code, first_line=first_line, span=self.token_span(token))
 
     def fence_code(self, token: Token) -> ast.PythonCode:
@@ -163,9 +167,12 @@ class FedText:
         """Merge literal pieces into `Text`, resolve escapes and trim the boundaries.
 
         `pieces` are the children of a row, a rendered value or an argument:
-        nodes, and literal tokens (text, `<``>`, line continuations).
+        nodes, and literal tokens (text, `<``>`, line continuations). The nodes of
+        the one-token segments and of a lone text token are made here, without a
+        helper call each: these are most of the parse's nodes.
         """
         segments: list[Any] = []
+        fed, path = self.fed, self.path
         last = len(pieces) - 1
         index = 0
         while index <= last:
@@ -174,8 +181,14 @@ class FedText:
                 segments.append(piece)
                 index += 1
                 continue
-            if piece[0] in _TOKEN_SEGMENTS:
-                segments.append(self._token_segment(piece))
+            kind, start, end, line, base = piece
+            if kind in _TOKEN_SEGMENTS:  # one line, and its span is the token's
+                span = _tuple_new(Span, (path, line, start - base, line, end - base))
+                if kind == "SUBST":  # `<`, the name with any spaces around it, `>`
+                    segments.append(Subst(name=fed[start + 1 : end - 1].strip(), span=span))
+                else:  # `[name]` or `[name: Dotted]`
+                    name, type_ = self.name_and_type(piece, start + 1, end - 1)
+                    segments.append(Capture(name=name, type=type_, span=span))
                 index += 1
                 continue
             run = index + 1
@@ -183,20 +196,24 @@ class FedText:
                 run <= last and type(pieces[run]) is tuple and pieces[run][0] not in _TOKEN_SEGMENTS
             ):
                 run += 1
-            text = self.fed[piece[1] : piece[2]]
-            if (
-                run == index + 1
-                and piece[0] in _PLAIN_TEXT
-                and "\\" not in text
-                and "~~" not in text
-            ):
-                # The common case: one piece of text without escapes.
-                node = self._plain_text(piece, text, index == 0, run > last)
-                if node is not None:
-                    segments.append(node)
+            text = fed[start:end]
+            if run == index + 1 and kind in _PLAIN_TEXT and "\\" not in text and "~~" not in text:
+                # The common case: one piece of text without escapes (so on one line),
+                # trimmed at the ends of the row.
+                if not index:
+                    stripped = text.lstrip(" \t")
+                    start += len(text) - len(stripped)
+                    text = stripped
+                if run > last:
+                    stripped = text.rstrip(" \t")
+                    end -= len(text) - len(stripped)
+                    text = stripped
+                if text:
+                    span = _tuple_new(Span, (path, line, start - base, line, end - base))
+                    segments.append(Text(value=text, span=span))
             else:
                 literal = _Literal(self, pieces[index:run])
-                if index == 0:
+                if not index:
                     literal.strip_start()
                 if run > last:
                     literal.strip_end()
@@ -204,15 +221,6 @@ class FedText:
                     segments.append(literal.node())
             index = run
         return tuple(segments)
-
-    def _token_segment(self, token: Token) -> ast.Subst | ast.Capture:
-        """Return the node of a segment that is one token: `<name>`, `[name]` or `[name: Dotted]`."""
-        if token[0] == "SUBST":  # `<`, the name with any spaces around it, `>`
-            return Subst(
-                name=self.fed[token[1] + 1 : token[2] - 1].strip(), span=self.line_span(token)
-            )
-        name, type_ = self.name_and_type(token, token[1] + 1, token[2] - 1)
-        return Capture(name=name, type=type_, span=self.line_span(token))
 
     def name_and_type(self, token: Token, start: int, stop: int) -> tuple[str, ast.TypeName | None]:
         """Read `name` or `name: Dotted`, spaces around each part, at ``[start, stop)`` in a token.
@@ -226,23 +234,9 @@ class FedText:
         dotted = type_text.strip()
         # the type starts after the name part, `:` and the spaces before the type
         column = start + len(name) + 1 + len(type_text) - len(type_text.lstrip()) - token[4]
-        span = new_span(self.path, token[3], column, token[3], column + len(dotted))
+        line = token[3]
+        span = _tuple_new(Span, (self.path, line, column, line, column + len(dotted)))
         return name.strip(), TypeName(name=dotted, span=span)
-
-    def _plain_text(self, token: Token, text: str, first: bool, last: bool) -> ast.Text | None:
-        """Return the `Text` of one text token without escapes, trimmed at the row's ends."""
-        _, start, end, line, base = token
-        if first:
-            stripped = text.lstrip(" \t")
-            start += len(text) - len(stripped)
-            text = stripped
-        if last:
-            stripped = text.rstrip(" \t")
-            end -= len(text) - len(stripped)
-            text = stripped
-        if not text:
-            return None
-        return Text(value=text, span=new_span(self.path, line, start - base, line, end - base))
 
 
 def dedent_line(line: str, width: int) -> str:

@@ -198,6 +198,8 @@ def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
     of the state stack, without running the builder, keeps only the terminals
     that lead to a shift (accepting the program is a shift of `$END`).
     """
+    from kedi.syntax._grammar import TAKE  # (`_grammar` imports this module)
+
     actions = tables.actions
     accepted = set()
     for name in actions[states[-1]]:
@@ -206,7 +208,7 @@ def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
             action = actions[stack[-1]].get(name)
             if action is None:
                 break
-            if action >= 0:
+            if action >= 0 or tables.rules[~action][2] == TAKE:  # TAKE shifts into a list
                 accepted.add(name)
                 break
             count, origin = tables.rules[~action][:2]

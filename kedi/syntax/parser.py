@@ -27,6 +27,7 @@ from kedi.syntax._grammar import (
     BUILD,
     IGNORED,
     PASS,
+    TAKE,
     ParseFailure,
     ParseTables,
     parse_tables,
@@ -98,6 +99,11 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                 state = action
                 break
             count, origin, mode, splice, build = rules[~action]
+            if mode == TAKE:
+                # A text or one-token segment goes straight into the row's list (see
+                # `_grammar._take_appends`): the state stays.
+                values[-1].append(token)
+                break
             if mode == APPEND:
                 # `x: x item` appends the item to the list below it. The state below is
                 # already the goto on `x` from the state under it, the one this reduction
@@ -157,7 +163,8 @@ def _tokens(
             breaks = fed.count("\n", pos, end)
             yield layout.newline(pos, end, breaks, line, base)
             line += breaks
-            last_break = fed.rfind("\n", pos, end)
+            # Most runs are one line break and the next line's indentation: no search.
+            last_break = pos if breaks == 1 and fed[pos] == "\n" else fed.rfind("\n", pos, end)
             # The fed text's own leading line breaks start no source line.
             base = last_break if line > 1 else 0
             if end >= size:
@@ -174,13 +181,18 @@ def _tokens(
     yield ("$END", size - 1, size - 1, line, base)
 
 
-def _spliced(children: list[Any], splice: tuple[bool, ...]) -> list[Any]:
-    """Splice the list values of inline rules into `children`, reusing a leading one."""
-    # A left-recursive helper (`__params_star: __params_star _COMMA param`) grows its own list.
-    spliced: list[Any] = children[0] if splice[0] else [children[0]]
-    for child, flat in zip(children[1:], splice[1:], strict=True):
-        if flat:
-            spliced += child
-        else:
-            spliced.append(child)
-    return spliced
+def _spliced(children: list[Any], splice: tuple[int, ...]) -> list[Any]:
+    """Splice the list values of inline rules, at positions `splice` (last first), into `children`.
+
+    `children` is the parse loop's own copy, so it is spliced in place, each list by one
+    slice assignment; a leading list (a left-recursive helper, such as
+    `__params_star: __params_star _COMMA param`) grows instead of being copied.
+    """
+    for position in splice:
+        if position:
+            children[position : position + 1] = children[position]
+    if splice[-1]:
+        return children
+    grown: list[Any] = children[0]
+    grown += children[1:]
+    return grown

@@ -14,7 +14,14 @@ from kedi.errors import KediUsageError
 from kedi.source import Span
 from kedi.syntax import parse
 from kedi.syntax._builder import Builder
-from kedi.syntax._grammar import grammar_path, lark_options, lark_parser, parse_tables
+from kedi.syntax._grammar import (
+    APPEND,
+    TAKE,
+    grammar_path,
+    lark_options,
+    lark_parser,
+    parse_tables,
+)
 from kedi.syntax.ast import (
     Argument,
     Assign,
@@ -888,6 +895,50 @@ def test_every_grammar_rule_has_a_builder_method_and_back() -> None:
             names.add(name)
     methods = {name for name in vars(Builder) if not name.startswith("_")}
     assert names == methods
+
+
+def test_take_actions_replace_every_shift_that_is_always_appended() -> None:
+    """A `TAKE` stands for shift + `APPEND` only where that changes nothing but the work."""
+    tables = parse_tables()
+    actions, rules, lexers = tables.actions, tables.rules, tables.lexer_terminals
+    takes = 0
+    for state, row in enumerate(actions):
+        for terminal, action in row.items():
+            if action < 0 and rules[~action][2] == TAKE:
+                takes += 1
+                continue
+            if action < 0 or action == state:
+                continue
+            # no shift is left whose target only appends, with the same lookaheads and lexer
+            reductions = {rules[~target][2] for target in actions[action].values() if target < 0}
+            assert not (
+                len(set(actions[action].values())) == 1
+                and reductions == {APPEND}
+                and actions[action].keys() == row.keys()
+                and lexers[action] == lexers[state]
+            ), (state, terminal)
+    assert takes > 0
+
+
+def test_segments_taken_into_the_row_list_parse_and_fail_as_before() -> None:
+    row = parse(">> a <b> c [d] e [f: G] g\n").body[0].rows[0]  # type: ignore[attr-defined]
+    assert [type(segment).__name__ for segment in row.segments] == [
+        "Text", "Subst", "Text", "Capture", "Text", "Capture", "Text",
+    ]
+    assert row.span == Span("<string>", 1, 3, 1, 26)
+    # failures right after a taken segment: the state it was taken in decides, as before
+    with pytest.raises(kedi.KediSyntaxError, match="1:6: Unsupported escape"):
+        parse(">> a \\ b\n")
+    with pytest.raises(kedi.KediSyntaxError, match="1:10: A line-ending `.` continues only"):
+        parse(">> a <b> \\ \n")
+    with pytest.raises(kedi.KediSyntaxError, match="1:12: Unbalanced `<`"):
+        parse(">> a <b> c <\n")
+
+
+def test_splice_positions_are_listed_last_first() -> None:
+    """`parser._spliced` splices from the right, so each position still holds when it is used."""
+    for _, _, _, splice, _ in parse_tables().rules:
+        assert splice is None or list(splice) == sorted(set(splice), reverse=True)
 
 
 # --------------------------------------------------------------------------- query docstrings
