@@ -538,13 +538,9 @@ class Interpreter:
 
     def find(self, name: str, scope: Scope) -> Any:
         """What `lookup` finds, or `UNBOUND` instead of a KeyError (no exception on a miss)."""
-        # `Scope.get`, inlined: capture types are looked up here on every model call.
-        chain: Scope | None = scope
-        while chain is not None:
-            value = chain.vars.get(name, UNBOUND)
-            if value is not UNBOUND:
-                return value
-            chain = chain.parent
+        value = scope.get(name, UNBOUND)
+        if value is not UNBOUND:
+            return value
         value = self.bridge.prelude.get(name, UNBOUND)
         if value is UNBOUND:
             value = self.env.get(name, UNBOUND)
