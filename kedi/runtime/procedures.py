@@ -71,11 +71,7 @@ class KediProcedure:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(self.acall, *args, **kwargs)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass  # no loop in this thread: a worker thread, or plain sync code
-        else:
+        if in_event_loop():
             raise KediUsageError(
                 f"procedure {self.__name__!r} was called synchronously from inside a running event "
                 f"loop; use `await {self.__name__}.acall(...)`"
@@ -130,6 +126,15 @@ class KediProcedure:
         if self._return_type is None:
             self._return_type = self.interpreter.resolve_type_in(self.node.returns, self.scope)
         return self._return_type
+
+
+def in_event_loop() -> bool:
+    """Tell whether this thread runs an event loop (async code), where a blocking call must not start one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False  # a worker thread, or plain sync code
+    return True
 
 
 def not_a_procedure(name: str, value: Any) -> KediTypeExecutionError:

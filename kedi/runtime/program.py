@@ -11,7 +11,6 @@ a `conversation=` is passed, which lets several runs share history).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
-from kedi.runtime.procedures import KediProcedure
+from kedi.runtime.procedures import KediProcedure, in_event_loop
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
@@ -142,12 +141,9 @@ class Program:
         procedures, profiles, directives), never its model calls or returns.
         """
         if self._procedures is None:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                anyio.run(self.load_procedures, backend="asyncio")
-            else:
+            if in_event_loop():
                 raise KediUsageError("inside async code, use `await program.load_procedures()`")
+            anyio.run(self.load_procedures, backend="asyncio")
         return dict(self._procedures or {})
 
 

@@ -277,6 +277,15 @@ def analyse_grammar() -> dict[str, Any]:
     })
 
 
+def _sole_reduction(row: dict[str, int]) -> int | None:
+    """The action of a state that reduces one and the same rule on every lookahead, else None."""
+    distinct = set(row.values())
+    if len(distinct) != 1:
+        return None
+    action = distinct.pop()
+    return action if action < 0 else None
+
+
 def _skip_renames(
     actions: list[dict[str, int]], gotos: list[dict[str, int]], rules: list[StoredRule]
 ) -> None:
@@ -292,8 +301,8 @@ def _skip_renames(
     """
     renames: dict[int, str] = {}
     for state, row in enumerate(actions):
-        distinct = set(row.values())
-        if len(distinct) != 1 or (action := distinct.pop()) >= 0:
+        action = _sole_reduction(row)
+        if action is None:
             continue
         size, origin, mode, _, _ = rules[~action]
         if mode == PASS and size == 1:
@@ -323,8 +332,8 @@ def _take_appends(
         for terminal, target in row.items():
             if target < 0 or target == state:  # a reduction, or accepting (`$END`)
                 continue
-            distinct = set(actions[target].values())
-            if len(distinct) != 1 or (action := distinct.pop()) >= 0:
+            action = _sole_reduction(actions[target])
+            if action is None:
                 continue
             if (
                 rules[~action][2] == APPEND
