@@ -48,15 +48,22 @@ def new_span(path: str, line: int, column: int, end_line: int, end_column: int) 
 class SourceFile:
     """A program's text plus an index of line starts."""
 
-    __slots__ = ("path", "text", "_line_starts")
+    __slots__ = ("path", "text", "_starts")
 
     def __init__(self, text: str, path: str | None = None) -> None:
         self.path = path if path is not None else "<string>"
         self.text = text
-        # Each line starts one past the end of the previous line and its line break.
-        # Summed in C (`accumulate`), this is 2x faster than a Python loop over `find`.
-        lines_with_breaks = map(add, map(len, text.split("\n")[:-1]), repeat(1))
-        self._line_starts = list(accumulate(lines_with_breaks, initial=0))
+        self._starts: list[int] | None = None
+
+    @property
+    def _line_starts(self) -> list[int]:
+        """The offset where each line starts, made on first use: most parses never need it."""
+        if self._starts is None:
+            # Each line starts one past the end of the previous line and its line break.
+            # Summed in C (`accumulate`), this is 2x faster than a Python loop over `find`.
+            lines_with_breaks = map(add, map(len, self.text.split("\n")[:-1]), repeat(1))
+            self._starts = list(accumulate(lines_with_breaks, initial=0))
+        return self._starts
 
     def location(self, offset: int) -> tuple[int, int]:
         """Return the 1-based (line, column) of a character offset."""
@@ -69,6 +76,11 @@ class SourceFile:
         line, column = self.location(start)
         end_line, end_column = self.location(max(start, end))
         return Span(self.path, line, column, end_line, end_column)
+
+    def whole_span(self) -> Span:
+        """Return the span of the whole text (`span(0, len(text))` without the line index)."""
+        text = self.text
+        return Span(self.path, 1, 1, text.count("\n") + 1, len(text) - text.rfind("\n"))
 
     def line_text(self, line: int) -> str:
         """Return the text of a 1-based line, without its line break."""

@@ -132,7 +132,7 @@ class Builder(FedText):
         if body and isinstance(body[0], ast.PythonBlock):
             body[0] = replace(body[0], prelude=True)
         source = self.source
-        return Module(body=tuple(body), path=source.path, span=source.span(0, len(source.text)))
+        return Module(body=tuple(body), path=source.path, span=source.whole_span())
 
     # ------------------------------------------------------------------ statements
 

@@ -68,6 +68,11 @@ class FedText:
                 return token[3] + breaks, offset - self.fed.rfind("\n", token[1], offset)
         return token[3], offset - token[4]
 
+    def location_before(self, token: Token, offset: int) -> tuple[int, int]:
+        """Return the 1-based (line, column) of an `offset` at or before `token`'s start."""
+        fed = self.fed
+        return token[3] - fed.count("\n", offset, token[1]), offset - fed.rfind("\n", 0, offset)
+
     def span_of(self, children: list[Any]) -> Span:
         """Return the span from the first child's start to the last child's end."""
         first, last = children[0], children[-1]
@@ -155,12 +160,17 @@ class FedText:
         match = _BLOCK_COMMENT.search(run, run.find("\n") + 1)
         if match is None:
             return None
-        opening = match.group(0)
-        start = base + match.start() + len(opening) - len(opening.lstrip(" \t"))
+        comment = match.group(0)
+        # from the opening `###` to the end of the closing one (a CRLF's CR is fed as a space)
+        start = base + match.start() + len(comment) - len(comment.lstrip(" \t"))
+        end = base + match.start() + len(comment.rstrip(" \t"))
         text = textwrap.dedent(match.group(1)).strip("\n")
+        # the block comment lies before the block's first row, the `INDENT` token
+        first_line, column = self.location_before(indent, start)
+        end_line, end_column = self.location_before(indent, end)
         return Docstring(
             text="\n".join(line.rstrip() for line in text.split("\n")),
-            span=self.offset_span(start, base + match.end()),
+            span=new_span(self.path, first_line, column, end_line, end_column),
         )
 
     def segments(self, pieces: list[Any]) -> tuple[ast.Segment, ...]:

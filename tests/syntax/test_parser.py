@@ -11,7 +11,7 @@ from lark import Lark, logger
 
 import kedi
 from kedi.errors import KediUsageError
-from kedi.source import Span
+from kedi.source import SourceFile, Span
 from kedi.syntax import parse
 from kedi.syntax._builder import Builder
 from kedi.syntax._grammar import (
@@ -432,6 +432,24 @@ def test_procedure_header_parameters_and_docstring() -> None:
         docstring=Docstring(text="Quote one shipment.\n\nArgs:\n    dest: Where it goes."),
         body=(Return(value=rendered(BareBacktick(code=code("0.0", 9)))),),
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "@f() -> str:  # a comment\n  ###\n  Doc.\n  ###\n  = x\n",
+        "\ufeff@f() -> str:\r\n\r\n    ###  \r\n    One\r\n      two\r\n    ###\r\n    = x\r\n",
+        "~T(a: int)\n@g():\n\t###\n\tHi\n\t###  \n\t= y\n",
+    ],
+)
+def test_a_docstring_spans_its_block_comment(source: str) -> None:
+    """The span runs from the opening `###` to the end of the closing one (spaces after it and
+    a CRLF's CR left out), as offsets give it."""
+    proc = parse(source).body[-1]
+    assert isinstance(proc, Procedure) and proc.docstring is not None
+    opening = source.index("###")
+    closing = source.index("###", opening + 3) + 3
+    assert proc.docstring.span == SourceFile(source).span(opening, closing)
 
 
 def test_later_block_comments_are_not_docstrings() -> None:

@@ -52,3 +52,11 @@ def test_tabs_and_crlf_count_as_one_column_each() -> None:
     assert source.location(2) == (1, 3)  # the "\n" of the CRLF pair
     assert source.location(4) == (2, 2)  # "b", after one tab
     assert source.path == "<string>"
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(texts)
+def test_whole_span_is_the_span_of_every_offset(text: str) -> None:
+    """`whole_span` counts line breaks instead of building the line index; the result is the same."""
+    source = SourceFile(text, "flow.kedi")
+    assert source.whole_span() == source.span(0, len(text))
