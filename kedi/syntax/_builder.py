@@ -696,7 +696,7 @@ class Builder(FedText):
         if type(value) is not tuple:
             return value  # type: ignore[no-any-return]
         # `=` with nothing after it (`value` is the `_EQ`): an empty rendered value, right after it.
-        return Rendered(segments=(), span=self.offset_span(value[2], value[2]))
+        return Rendered(segments=(), span=self.offset_span(value[1] + 1, value[1] + 1))
 
 
 _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)

@@ -262,6 +262,8 @@ class _Failure:
             if kind in FUSED:
                 kind = FUSED[kind]
                 end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]
+            elif kind == "_EQ":
+                end = start + 1  # the token takes the spaces after `=` (grammar/kedi.lark)
             length = 0 if kind in _ZERO_WIDTH else end - start
             return cls(fed, start, kind, length, expected, failure.values)
         return cls(fed, failure.pos, None, 1, expected, failure.values)

@@ -528,6 +528,14 @@ def test_a_one_token_form_is_reported_at_its_opening_bracket(source: str) -> Non
     assert diagnostic.span == Span("<string>", 3, 3, 3, 4)
 
 
+def test_an_unexpected_equals_sign_is_underlined_alone() -> None:
+    """`=` takes the spaces after it as one token; the caret still marks the `=` only."""
+    with pytest.raises(KediSyntaxError) as info:
+        parse("> metric: m:\n  = `1`\n  =   2\n")
+    assert "\n    =   2\n    ^\n" in info.value.render()
+    assert info.value.diagnostics[0].span == Span("<string>", 3, 3, 3, 4)
+
+
 def test_rendered_layout() -> None:
     with pytest.raises(KediSyntaxError) as info:
         parse("@greet(name: str) -> str:\n  = Hello <name\n", path="workflow.kedi")

@@ -833,6 +833,7 @@ def test_spans_on_statements_and_segments() -> None:
     ret = proc.body[0]
     assert isinstance(ret, Return) and isinstance(ret.value, Rendered)
     assert ret.span == Span("flow.kedi", 3, 3, 3, 11)
+    assert (ret.value.span.line, ret.value.span.column) == (3, 5)  # its first character
     text, subst = ret.value.segments
     assert text.span == Span("flow.kedi", 3, 5, 3, 8)
     assert subst.span == Span("flow.kedi", 3, 8, 3, 11)
