@@ -136,6 +136,8 @@ _DIRECTIVE_HEADS = frozenset(
 )
 _LAYOUT = frozenset({"_NL", "_BNL", "$END"})
 _ZERO_WIDTH = _LAYOUT | {"INDENT", "_DEDENT"}
+_SPACED = frozenset({"_EQ", "_COLON", "_COMMA", "_ARROW"})
+"""Punctuation that takes the spaces around it (grammar/kedi.lark); a failure marks the symbol alone."""
 _INLINE_CODE = frozenset({"CODE", "STMT_CODE", "FENCE", "FENCE_LIT"})
 _CONSTRUCTS = {
     "PROC_HEAD": "the header of `@{}`",
@@ -262,8 +264,10 @@ class _Failure:
             if kind in FUSED:
                 kind = FUSED[kind]
                 end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]
-            elif kind == "_EQ":
-                end = start + 1  # the token takes the spaces after `=` (grammar/kedi.lark)
+            elif kind in _SPACED:
+                text = fed[start:end]
+                start += len(text) - len(text.lstrip(" \t"))
+                end = start + len(text.strip(" \t"))
             length = 0 if kind in _ZERO_WIDTH else end - start
             return cls(fed, start, kind, length, expected, failure.values)
         return cls(fed, failure.pos, None, 1, expected, failure.values)

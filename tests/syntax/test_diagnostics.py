@@ -528,12 +528,20 @@ def test_a_one_token_form_is_reported_at_its_opening_bracket(source: str) -> Non
     assert diagnostic.span == Span("<string>", 3, 3, 3, 4)
 
 
-def test_an_unexpected_equals_sign_is_underlined_alone() -> None:
-    """`=` takes the spaces after it as one token; the caret still marks the `=` only."""
-    with pytest.raises(KediSyntaxError) as info:
-        parse("> metric: m:\n  = `1`\n  =   2\n")
-    assert "\n    =   2\n    ^\n" in info.value.render()
-    assert info.value.diagnostics[0].span == Span("<string>", 3, 3, 3, 4)
+@pytest.mark.parametrize(
+    ("source", "symbol", "span"),
+    [
+        ("> metric: m:\n  = `1`\n  =   2\n", "=", (3, 3, 3, 4)),
+        ("@f() -> str:   :\n  = x\n", ":", (1, 16, 1, 17)),
+    ],
+)
+def test_unexpected_punctuation_is_underlined_alone(
+    source: str, symbol: str, span: tuple[int, int, int, int]
+) -> None:
+    """`=`, `:`, `,` and `->` take the spaces around them as one token; the caret marks the symbol."""
+    diagnostic = diagnostic_of(source)
+    assert diagnostic.span == Span("<string>", *span)
+    assert diagnostic.message.endswith(f"found `{symbol}`")
 
 
 def test_rendered_layout() -> None:

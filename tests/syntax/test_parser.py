@@ -351,6 +351,17 @@ def test_escaped_comma_stays_in_one_argument() -> None:
     )
 
 
+def test_an_argument_starts_at_its_first_character() -> None:
+    """The spaces after `,` (like those after `=`) belong to no node."""
+    (ret,) = parse("= <f(a,   b)>\n").body
+    assert isinstance(ret, Return) and isinstance(ret.value, Rendered)
+    (call,) = ret.value.segments
+    assert isinstance(call, Call)
+    first, second = call.args
+    assert first.span == Span("<string>", 1, 6, 1, 7)
+    assert second.span == Span("<string>", 1, 11, 1, 12)
+
+
 def test_call_without_arguments() -> None:
     assert one("= <now()>\n") == Return(value=rendered(Call(name="now", args=())))
 
