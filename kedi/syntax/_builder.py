@@ -21,7 +21,14 @@ from kedi.source import Span
 from kedi.syntax import ast
 from kedi.syntax._postlex import Token
 from kedi.syntax._text import Capture, FedText, TypeName, constructor
-from kedi.syntax.diagnostics import DEFAULT_HINT, IDENTIFIER, NAME_HINT, SyntaxProblem
+from kedi.syntax.diagnostics import (
+    DEFAULT_HINT,
+    IDENTIFIER,
+    NAME_HINT,
+    TRAILING_SPACES,
+    SyntaxProblem,
+    unspaced,
+)
 from kedi.syntax.directives import DIRECTIVE_NAMES, SPECS
 
 # Every node the builder makes, with the fast constructor (see `constructor`).
@@ -646,7 +653,12 @@ class Builder(FedText):
         return target.name, target.type, 3
 
     def _problem(self, children: list[Any], message: str, hint: str | None = None) -> SyntaxProblem:
-        return SyntaxProblem(self.span_of(children), message, hint)
+        span = self.span_of(children)
+        last = children[-1]
+        if type(last) is tuple and last[0] in TRAILING_SPACES:
+            _, end = unspaced(self.fed, last[1], last[2])
+            span = span._replace(end_column=span.end_column - (last[2] - end))
+        return SyntaxProblem(span, message, hint)
 
     def _name(self, token: Token, what: str) -> str:
         name = self.text(token)
@@ -670,7 +682,7 @@ class Builder(FedText):
         return name
 
     def _directive_name(self, token: Token) -> str:
-        name = self.text(token)[1:-1].strip()
+        name = self.text(token).rstrip(" \t")[1:-1].strip()  # `>`, the name, `:`
         if name not in DIRECTIVE_NAMES:
             close = difflib.get_close_matches(name, sorted(DIRECTIVE_NAMES), n=1)
             raise self._problem(

@@ -136,8 +136,6 @@ _DIRECTIVE_HEADS = frozenset(
 )
 _LAYOUT = frozenset({"_NL", "_BNL", "$END"})
 _ZERO_WIDTH = _LAYOUT | {"INDENT", "_DEDENT"}
-_SPACED = frozenset({"_EQ", "_COLON", "_COMMA", "_ARROW"})
-"""Punctuation that takes the spaces around it (grammar/kedi.lark); a failure marks the symbol alone."""
 _INLINE_CODE = frozenset({"CODE", "STMT_CODE", "FENCE", "FENCE_LIT"})
 _CONSTRUCTS = {
     "PROC_HEAD": "the header of `@{}`",
@@ -155,6 +153,25 @@ _OPENERS = {
     "TYPE_HEAD": "_RPAR",
 }
 _CLOSERS = frozenset(_OPENERS.values())
+TRAILING_SPACES = frozenset(
+    {"_EQ", "_COLON", "_COMMA", "_ARROW", "_RPAR", "DIRECTIVE", "TEST_HEAD", "EVAL_HEAD"}
+    | {"SYSTEM", "USE", "PROFILE", "IMPORT", "EXPORT", "PACKAGE", "OPTIMIZE", "AUTO"}
+    | {"CASE", "DATA", "METRIC"}
+)
+"""Terminals whose token takes the spaces after it (`->` also those before it).
+
+Whatever follows them never needs those spaces (text is trimmed at its start),
+so taking them spares the lexer a token (grammar/kedi.lark). A diagnostic that
+marks such a token marks its text without them (`unspaced`)."""
+
+
+def unspaced(fed: str, start: int, end: int) -> tuple[int, int]:
+    """Return the offsets of a `TRAILING_SPACES` token's text, without its spaces."""
+    text = fed[start:end]
+    start += len(text) - len(text.lstrip(" \t"))
+    return start, start + len(text.strip(" \t"))
+
+
 FUSED = {"SUBST": "_LT", "CAPTURE": "_LSQB", "TARGET": "ASSIGN_OPEN", "PARAM": "NAME"}
 """Terminals that spell a whole construct (`<name>`, `[name]`) in one token -> the token it opens with.
 
@@ -264,10 +281,8 @@ class _Failure:
             if kind in FUSED:
                 kind = FUSED[kind]
                 end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]
-            elif kind in _SPACED:
-                text = fed[start:end]
-                start += len(text) - len(text.lstrip(" \t"))
-                end = start + len(text.strip(" \t"))
+            elif kind in TRAILING_SPACES:
+                start, end = unspaced(fed, start, end)
             length = 0 if kind in _ZERO_WIDTH else end - start
             return cls(fed, start, kind, length, expected, failure.values)
         return cls(fed, failure.pos, None, 1, expected, failure.values)
@@ -489,7 +504,7 @@ class _Failure:
         """Name the statement or directive whose head is the last one on the stack."""
         for item in reversed(self.stack):
             if type(item) is tuple and item[0] in _CONSTRUCTS:
-                name = re.sub(r"^[@~>][ \t]*|[ \t]*[:(]$", "", self.text(item))
+                name = re.sub(r"^[@~>][ \t]*|[ \t]*[:(][ \t]*$", "", self.text(item))
                 return _CONSTRUCTS[item[0]].format(name)
         return None
 

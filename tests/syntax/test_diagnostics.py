@@ -544,6 +544,14 @@ def test_unexpected_punctuation_is_underlined_alone(
     assert diagnostic.message.endswith(f"found `{symbol}`")
 
 
+@pytest.mark.parametrize("head", ["> history:", "> adapter:", "> system:"])
+def test_a_directive_without_a_value_is_marked_without_trailing_spaces(head: str) -> None:
+    """The head takes the spaces after it as one token; the caret marks `> name:` only."""
+    bare, spaced = diagnostic_of(f"{head}\n"), diagnostic_of(f"{head}    \n")
+    assert spaced.message == bare.message
+    assert spaced.span == bare.span == Span("<string>", 1, 1, 1, len(head) + 1)
+
+
 def test_rendered_layout() -> None:
     with pytest.raises(KediSyntaxError) as info:
         parse("@greet(name: str) -> str:\n  = Hello <name\n", path="workflow.kedi")

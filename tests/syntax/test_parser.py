@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
+import re
 
 import pytest
 from lark import Lark, logger
@@ -349,6 +350,21 @@ def test_escaped_comma_stays_in_one_argument() -> None:
             )
         )
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "> settings:   \n    temperature: 0.2\n",
+        "> settings:  # tuned for reviews\n    temperature: 0.2\n",
+        "> system:\t# the instructions\n    Act as a reviewer.\n",
+        "> use:  \n    f\n",
+    ],
+)
+def test_spaces_after_a_directive_head_are_no_value(source: str) -> None:
+    """Trailing spaces (or spaces before a comment) after `> name:` do not make a one-line
+    value, so an indented body may follow, as it may without them."""
+    assert parse(source) == parse(re.sub(r":[ \t]+", ":", source, count=1))
 
 
 def test_an_argument_starts_at_its_first_character() -> None:
