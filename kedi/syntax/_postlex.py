@@ -59,7 +59,7 @@ def indent_width(indentation: str) -> int:
 class Layout:
     """The layout state of one parse: open indentation levels and signature mode."""
 
-    __slots__ = ("text", "levels", "in_signature", "first", "last_line_end")
+    __slots__ = ("text", "levels", "in_signature", "first", "last_line_end", "tabs", "keeps")
 
     SPECIAL = _SIGNATURE_OPENERS | _INLINE_CODE | {"FENCE", "_RPAR"}
     """The terminals, other than `_NL`, that `token` must see."""
@@ -70,6 +70,12 @@ class Layout:
         self.in_signature = False
         self.first = True
         self.last_line_end: Token = ("_DEDENT", 0, 0, 1, 0)
+        self.tabs = "\t" in text
+        # How many characters of indentation keep the current level, or -1 when
+        # `indentation` must judge every row (the text holds a tab, or a signature is
+        # open): the parse loop does not call `indentation` for a row that keeps it.
+        self.keeps = 0
+        self._judge()
 
     def token(self, kind: str, start: int, end: int) -> int:
         """Check a `SPECIAL` token and return where it starts (a fence drops its leading spaces)."""
@@ -78,8 +84,10 @@ class Layout:
                 _check_multiline_code(self.text, start, end)
         elif kind in _SIGNATURE_OPENERS:
             self.in_signature = True
+            self._judge()
         elif kind == "_RPAR":
             self.in_signature = False
+            self._judge()
         elif kind == "FENCE":
             # The lexer lets a fence absorb the spaces after `=`, so that free text does not.
             while self.text[start] != "`":
@@ -125,8 +133,13 @@ class Layout:
             width = _anomaly_width(text, end, width, levels)
         if width > levels[-1]:
             levels.append(width)
+            self._judge()
             return (("INDENT", end, end, *after, start),)  # type: ignore[return-value]
         return self._dedents(width, indent, end)
+
+    def _judge(self) -> None:
+        """Set `keeps` for the current level and mode."""
+        self.keeps = -1 if self.tabs or self.in_signature else self.levels[-1]
 
     def _dedents(self, width: int, indent: int, end: int) -> Iterator[Token]:
         """Yield the `_DEDENT` tokens down to `width` for the row indented by ``[indent, end)``.
@@ -138,6 +151,7 @@ class Layout:
         open_levels = tuple(levels)
         while width < levels[-1]:
             levels.pop()
+            self._judge()
             yield self.last_line_end
         if width != levels[-1]:
             raise SyntaxProblem(

@@ -169,7 +169,9 @@ def _tokens(
             base = last_break if line > 1 else 0
             if end >= size:
                 break
-            yield from layout.indentation(pos, last_break + 1, end, (line, base))
+            # Most rows keep the indentation: no call to find that out (`Layout.keeps`).
+            if end - last_break - 1 != layout.keeps:
+                yield from layout.indentation(pos, last_break + 1, end, (line, base))
         elif kind != IGNORED:
             start = layout.token(kind, pos, end)
             yield (kind, start, end, line, base)
