@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python bench/parse.py
+    python bench/parse.py [--processes N]
 
 It prints, in one run:
 
@@ -14,11 +14,19 @@ It prints, in one run:
 * the time to import kedi's parser and parse a first program in a fresh
   process, with kedi's table cache cold (an empty `KEDI_CACHE_DIR`: Lark
   analyses the grammar) and warm.
+
+The throughput comparisons run in N fresh processes (5 by default), each with
+kedi and `ast.parse` in interleaved rounds. One process's figures are not
+enough: `ast.parse` alone, best of 15 rounds on the same text, varies by up to
+10% from one process to the next (memory layout and hash seeds), so the report
+gives the median of the processes' ratios and their range.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
+import json
 import os
 import statistics
 import subprocess
@@ -140,15 +148,13 @@ def parse_without_builder(source: str) -> None:
     run(tables_without_builder(), Builder(SourceFile(source), fed), fed, added)
 
 
-def compare(label: str, sources: list[str], rounds: int) -> None:
-    """Print kedi and ast.parse throughput on `sources` and on Python of the same size.
+def compare(sources: list[str], rounds: int) -> dict[str, float]:
+    """Time kedi, its lexer and loop alone, and `ast.parse` on Python of the same size.
 
-    Ratios are per byte, from the best round of each (as the throughput figures)
-    and, less sensitive to when the load happens to drop, the median of the
-    per-round ratios.
+    Returns the best round of each (seconds), the sizes, and the median of the
+    per-round kedi/ast ratios per byte (less sensitive to when the load drops).
     """
     size = sum(len(text.encode()) for text in sources)
-    lines = sum(text.count("\n") + 1 for text in sources)
     python = python_source(size)
     python_size = len(python.encode())
     kedi, floor, python_times = timings(
@@ -159,27 +165,66 @@ def compare(label: str, sources: list[str], rounds: int) -> None:
         ],
         rounds,
     )
+    per_round = [
+        spent / size / (python_time / python_size)
+        for spent, python_time in zip(kedi, python_times, strict=True)
+    ]
+    return {
+        "size": size,
+        "lines": sum(text.count("\n") + 1 for text in sources),
+        "python_size": python_size,
+        "kedi": min(kedi),
+        "floor": min(floor),
+        "python": min(python_times),
+        "round_median": statistics.median(per_round),
+    }
 
-    def ratio(times: list[float]) -> str:
-        best = min(times) / size / (min(python_times) / python_size)
-        per_round = [
-            spent / size / (python_time / python_size)
-            for spent, python_time in zip(times, python_times, strict=True)
-        ]
-        return f"{best:.1f}x (median of rounds {statistics.median(per_round):.1f}x)"
 
-    best, python_time = min(kedi), min(python_times)
-    print(f"{label}: {size:,} bytes, {lines:,} lines")
+def report(label: str, runs: list[dict[str, float]], rounds: int) -> None:
+    """Print one comparison over the processes' results."""
+    first = runs[0]
+    size, python_size = first["size"], first["python_size"]
+
+    def ratio(run: dict[str, float], key: str) -> float:
+        return run[key] / size / (run["python"] / python_size)
+
+    ratios = [ratio(run, "kedi") for run in runs]
+    kedi = statistics.median(run["kedi"] for run in runs)
+    python = statistics.median(run["python"] for run in runs)
+    print(f"{label}: {size:,} bytes, {first['lines']:,} lines")
+    print(f"  ({len(runs)} processes, {rounds} interleaved rounds each; medians of their best rounds)")
     print(
-        f"  kedi.parse  {size / best / 1e6:7.3f} MB/s  {best / lines * 1e6:7.1f} µs/line"
-        f"  ({best * 1e3:.1f} ms)"
+        f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / first['lines'] * 1e6:7.1f} µs/line"
+        f"  ({kedi * 1e3:.1f} ms)"
     )
+    print(f"  ast.parse   {python_size / python / 1e6:7.3f} MB/s  (on {python_size:,} bytes of stdlib Python)")
     print(
-        f"  ast.parse   {python_size / python_time / 1e6:7.3f} MB/s"
-        f"  (on {python_size:,} bytes of stdlib Python)"
+        f"  kedi/ast time per byte: {statistics.median(ratios):.2f}x"
+        f" (processes {min(ratios):.2f}x to {max(ratios):.2f}x;"
+        f" median of per-round ratios {statistics.median(run['round_median'] for run in runs):.2f}x)"
     )
-    print(f"  kedi/ast time per byte: {ratio(kedi)}")
-    print(f"  lexer and LALR loop alone (no-op builder): {ratio(floor)}")
+    floor = statistics.median(ratio(run, "floor") for run in runs)
+    print(f"  lexer and LALR loop alone (no-op builder): {floor:.2f}x")
+
+
+def child() -> None:
+    """Measure both comparisons in this process and print them as one JSON line."""
+    corpus = [path.read_text(encoding="utf-8") for path in sorted(CORPUS.glob("*.kedi"))]
+    if not corpus:
+        raise SystemExit(f"no corpus in {CORPUS}")
+    print(
+        json.dumps(
+            {
+                "generated": compare([generated_program(10_000)], rounds=GENERATED_ROUNDS),
+                "corpus": compare(corpus, rounds=CORPUS_ROUNDS),
+                "files": len(corpus),
+            }
+        )
+    )
+
+
+GENERATED_ROUNDS = 9
+CORPUS_ROUNDS = 15
 
 
 STARTUP = """
@@ -206,13 +251,29 @@ def startup(cache_dir: str) -> tuple[float, ...]:
 
 def main() -> None:
     """Run every measurement and print the report."""
-    corpus = [path.read_text(encoding="utf-8") for path in sorted(CORPUS.glob("*.kedi"))]
-    if not corpus:
-        raise SystemExit(f"no corpus in {CORPUS}")
-    print(f"Python {sys.version.split()[0]}, interleaved rounds\n")
-    compare("generated program", [generated_program(10_000)], rounds=9)
+    options = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    options.add_argument("--processes", type=int, default=5, help="fresh processes to measure in")
+    options.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = options.parse_args()
+    if args.child:
+        child()
+        return
+    print(f"Python {sys.version.split()[0]}, interleaved rounds in {args.processes} processes\n")
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, __file__, "--child"], check=True, capture_output=True, text=True
+            ).stdout
+        )
+        for _ in range(args.processes)
+    ]
+    report("generated program", [run["generated"] for run in runs], GENERATED_ROUNDS)
     print()
-    compare(f"documentation corpus ({len(corpus)} files)", corpus, rounds=15)
+    report(
+        f"documentation corpus ({runs[0]['files']} files)",
+        [run["corpus"] for run in runs],
+        CORPUS_ROUNDS,
+    )
     print()
     with tempfile.TemporaryDirectory() as cache_dir:
         cold = startup(cache_dir)
