@@ -707,7 +707,8 @@ class Builder(FedText):
         value = children[-2]
         if type(value) is not tuple:
             return value  # type: ignore[no-any-return]
-        # `=` with nothing after it (`value` is the `_EQ`): an empty rendered value, right after it.
+        # `=` with nothing after it (`value` is the `_EQ` token, which also holds the spaces
+        # after it): an empty rendered value, right after the `=`.
         return Rendered(segments=(), span=self.offset_span(value[1] + 1, value[1] + 1))
 
 

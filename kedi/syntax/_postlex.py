@@ -71,10 +71,9 @@ class Layout:
         self.first = True
         self.last_line_end: Token = ("_DEDENT", 0, 0, 1, 0)
         self.tabs = "\t" in text
-        # How many characters of indentation keep the current level, or -1 when
+        # `keeps`: how many characters of indentation keep the current level, or -1 when
         # `indentation` must judge every row (the text holds a tab, or a signature is
         # open): the parse loop does not call `indentation` for a row that keeps it.
-        self.keeps = 0
         self._judge()
 
     def token(self, kind: str, start: int, end: int) -> int:
