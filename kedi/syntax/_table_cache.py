@@ -20,6 +20,9 @@ from typing import Any
 
 CACHE_DIR_VARIABLE = "KEDI_CACHE_DIR"
 """Environment variable naming the cache directory (default: the platform's user cache)."""
+KEPT_FILES = 8
+"""How many table files (one per grammar version) a write leaves: the most recently written."""
+_PATTERN = "parse-tables-*.marshal"
 
 
 def cache_dir() -> Path | None:
@@ -74,6 +77,9 @@ def write_tables(key: str, data: Any) -> None:
 
     Writing to a private temporary file and renaming it over the cache file
     means a concurrent reader sees the old file or the new one, never half of one.
+    Each grammar version has its own file, so a write also removes all but the
+    `KEPT_FILES` most recently written: upgrades do not pile up files, and a few
+    kedi versions used side by side keep theirs.
     """
     path = cache_file(key)
     if path is None:
@@ -91,6 +97,19 @@ def write_tables(key: str, data: Any) -> None:
             file.write(marshal.dumps((key, hashlib.sha256(payload).digest(), payload)))
         os.replace(temporary, path)
     except OSError:
-        pass  # a cache that cannot be written is skipped
+        return  # a cache that cannot be written is skipped
     finally:
         Path(temporary).unlink(missing_ok=True)  # still there only if the rename did not happen
+    _prune(path.parent)
+
+
+def _prune(directory: Path) -> None:
+    """Remove all but the `KEPT_FILES` most recently written table files in `directory`."""
+    try:
+        written = sorted(
+            ((file.stat().st_mtime_ns, file) for file in directory.glob(_PATTERN)), reverse=True
+        )
+        for _, file in written[KEPT_FILES:]:
+            file.unlink(missing_ok=True)
+    except OSError:
+        pass  # another process pruned first, or the directory is read-only now: no harm

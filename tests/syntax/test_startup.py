@@ -237,6 +237,29 @@ def test_a_damaged_or_stale_cache_file_reads_as_a_miss(
     assert _grammar._cached_tables(KEY) is None
 
 
+def test_a_write_keeps_only_the_most_recent_table_files(cache: Path) -> None:
+    """One file per grammar version: upgrades must not pile up files in the user's cache."""
+    stale = []
+    for number in range(_table_cache.KEPT_FILES + 3):
+        key = f"{number:032x}"
+        _table_cache.write_tables(key, {"n": number})
+        path = _table_cache.cache_file(key)
+        assert path is not None
+        os.utime(path, ns=(number * 10**9, number * 10**9))  # written in this order
+        stale.append(key)
+    _table_cache.write_tables(KEY, {"n": "now"})
+    kept = {path.name for path in cache.glob("parse-tables-*.marshal")}
+    assert len(kept) == _table_cache.KEPT_FILES
+    assert f"parse-tables-{KEY}.marshal" in kept
+    newest = stale[-(_table_cache.KEPT_FILES - 1) :]
+    assert kept == {f"parse-tables-{key}.marshal" for key in [*newest, KEY]}
+    assert _table_cache.read_tables(KEY) == {"n": "now"}
+    unrelated = cache / "notes.txt"
+    unrelated.write_text("mine")
+    _table_cache.write_tables("e" * 32, {})
+    assert unrelated.read_text() == "mine"
+
+
 def test_the_key_follows_the_grammar_text() -> None:
     text = _grammar.grammar_path().read_text(encoding="utf-8")
     assert _grammar.tables_key(text) == _grammar.tables_key(text)
