@@ -95,7 +95,9 @@ class Program:
                 layer.transcript.close()
 
     def run_sync(self, **options: Any) -> Any:
-        """`run` from synchronous code."""
+        """`run` from synchronous code (it starts an event loop: not from async code)."""
+        if in_event_loop():
+            raise KediUsageError("inside async code, use `await program.run(...)`, not `run_sync`")
         return anyio.run(lambda: self.run(**options), backend="asyncio")
 
     def _start(self, **options: Any) -> tuple[Interpreter, CallLayer]:

@@ -266,6 +266,25 @@ async def test_sync_call_inside_a_running_loop_is_a_clear_usage_error() -> None:
 
 
 @pytest.mark.anyio
+async def test_run_sync_inside_async_code_points_to_run() -> None:
+    with pytest.raises(kedi.KediUsageError, match="await program.run"):
+        kedi.compile("= ok\n").run_sync(model="offline")
+
+
+@pytest.mark.anyio
+async def test_a_sync_query_inside_async_code_points_to_async_def() -> None:
+    @kedi.query
+    def greet(name: str) -> str:
+        """kedi
+        = Hello <name>
+        """
+
+    with pytest.raises(kedi.KediUsageError, match="'greet' is a sync Kedi function"):
+        greet("Ada")
+    assert await kedi.compile("= ok\n").run(model="offline") == "ok"
+
+
+@pytest.mark.anyio
 async def test_procedures_property_inside_async_code_points_to_load_procedures() -> None:
     with pytest.raises(kedi.KediUsageError, match="load_procedures"):
         _ = kedi.compile("@f() -> str:\n  = ok\n").procedures
