@@ -106,6 +106,14 @@ class FedText:
 
     # ------------------------------------------------------------------ code and text
 
+    def written(self, start: int, end: int) -> str:
+        """Return the source text of the fed offsets ``[start, end)``, with CRLF line breaks as LF.
+
+        The fed text has a space where a CRLF's CR was; Python code must see neither
+        (after a `\\` line continuation, either is a syntax error).
+        """
+        return self.source.text[start - FEED_SHIFT : end - FEED_SHIFT].replace("\r\n", "\n")
+
     def inline_code(self, token: Token) -> ast.PythonCode:
         """Return the Python inside a backtick token, stripped, with its first `.kedi` line."""
         raw = self.fed[token[1] + 1 : token[2] - 1]
@@ -118,6 +126,7 @@ class FedText:
             return PythonCode(code=code, first_line=first_line, span=span)
         # the code may start on a later line than its backtick
         first_line += raw.count("\n", 0, len(raw) - len(raw.lstrip()))
+        code = self.written(start + 1, end - 1).strip()
         return PythonCode(code=code, first_line=first_line, span=self.token_span(token))
 
     def fence_code(self, token: Token) -> ast.PythonCode:
@@ -126,7 +135,8 @@ class FedText:
         start = token[1]
         line = fed[fed.rfind("\n", 0, start) + 1 : start]
         width = indent_width(line[: len(line) - len(line.lstrip(" \t"))])
-        lines = [dedent_line(body, width) for body in fed[start : token[2]].split("\n")[1:-1]]
+        body = self.written(start, token[2])
+        lines = [dedent_line(row, width) for row in body.split("\n")[1:-1]]
         return PythonCode(
             code="\n".join(lines), first_line=token[3] + 1, span=self.span_of([token])
         )

@@ -121,6 +121,17 @@ def test_every_kedi_file_parses() -> None:
     assert kedi_failures()[1] == []
 
 
+def test_every_kedi_file_means_the_same_with_crlf_line_breaks() -> None:
+    """A program read without newline translation (`kedi.parse` of Windows text) parses to
+    the same tree: CRLF is fed as space + LF, and no value, body or code keeps that space."""
+    different = [
+        path.name
+        for path in kedi_files()
+        if parse(text := path.read_text(encoding="utf-8")) != parse(text.replace("\n", "\r\n"))
+    ]
+    assert different == []
+
+
 def test_the_index_lists_exactly_the_kedi_files() -> None:
     with (CORPUS / "INDEX.tsv").open(encoding="utf-8") as handle:
         listed = {

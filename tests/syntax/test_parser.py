@@ -912,6 +912,16 @@ def test_parsed_nodes_are_ordinary_frozen_nodes() -> None:
     assert pickle.loads(pickle.dumps(module)) == module
 
 
+def test_a_fence_from_crlf_text_is_the_code_from_lf_text() -> None:
+    """CRLF line breaks are fed as space + LF; the code keeps neither the space nor the CR."""
+    source = "[x: int] = ```\ntotal = 1 + \\\n    2\nreturn total\n```\n= `[\n  x,\n]`\n"
+    lf, crlf = parse(source), parse(source.replace("\n", "\r\n"))
+    assert crlf == lf
+    assign, ret = lf.body
+    assert assign.value.code.code == "total = 1 + \\\n    2\nreturn total"  # type: ignore[union-attr]
+    assert ret.value.segments[0].code.code == "[\n  x,\n]"  # type: ignore[union-attr]
+
+
 def test_python_code_first_line_maps_to_kedi_lines() -> None:
     module = parse("\n\n[x: int] = ```\nreturn 1\n```\n= `x`\n")
     assign, ret = module.body
