@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import bisect
+import functools
+import itertools
 import json
 import os
 import statistics
@@ -33,11 +36,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -98,7 +103,13 @@ def generated_program(lines: int) -> str:
 
 
 def python_source(size: int) -> str:
-    """Return whole standard-library modules, concatenated to at least `size` characters."""
+    """Return standard-library Python of `size` bytes, cut after the top-level statement that reaches it.
+
+    The same modules in the same order for every size, so both comparisons read
+    the same kind of code. The size must match: `ast.parse` is faster per byte on
+    smaller sources (9.8 MB/s on the first 44 KB of these modules, 6.5 MB/s on
+    all 314 KB, on one machine), so a larger comparator flatters kedi.
+    """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     chunks: list[str] = []
     total = 0
@@ -106,10 +117,43 @@ def python_source(size: int) -> str:
         for name in PYTHON_SOURCES:
             text = (stdlib / name).read_text(encoding="utf-8")
             chunks.append(text)
-            total += len(text)
+            total += len(text.encode())
             if total >= size:
                 break
-    return "\n".join(chunks)
+    text = "\n".join(chunks)
+    line_ends = list(itertools.accumulate(len(line.encode()) for line in text.splitlines(True)))
+    for statement in ast.parse(text).body:
+        end = line_ends[statement.end_lineno - 1]  # type: ignore[operator]
+        if end >= size:
+            return text.encode()[:end].decode()
+    return text
+
+
+def python_pieces(sizes: list[int]) -> list[str]:
+    """Return one standard-library snippet per size, each the smallest unused one at least that large.
+
+    Snippets are the functions, classes and statements of the same modules,
+    dedented so each parses on its own: the Python side of a corpus of small
+    files is as many small parses of the same sizes (each parse has a fixed
+    cost, `ast.parse`'s too).
+    """
+    text = python_source(2_000_000)
+    lines = text.splitlines(True)
+    found: dict[str, None] = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.stmt):
+            snippet = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno]))
+            try:
+                ast.parse(snippet)
+            except SyntaxError:  # a part of a statement that needs its parent (`elif`, ...)
+                continue
+            found[snippet] = None
+    pool = sorted((len(snippet.encode()), snippet) for snippet in found)
+    chosen: list[str] = []
+    for size in sizes:
+        index = bisect.bisect_left(pool, (size, ""))
+        chosen.append(pool.pop(min(index, len(pool) - 1))[1])
+    return chosen
 
 
 def timings(functions: list[Callable[[], object]], rounds: int) -> list[list[float]]:
@@ -148,63 +192,77 @@ def parse_without_builder(source: str) -> None:
     run(tables_without_builder(), Builder(SourceFile(source), fed), fed, added)
 
 
-def compare(sources: list[str], rounds: int) -> dict[str, float]:
-    """Time kedi, its lexer and loop alone, and `ast.parse` on Python of the same size.
+def compare(sources: list[str], pythons: dict[str, list[str]], rounds: int) -> dict[str, Any]:
+    """Time kedi, its lexer and loop alone, and `ast.parse` on each Python comparator.
 
-    Returns the best round of each (seconds), the sizes, and the median of the
-    per-round kedi/ast ratios per byte (less sensitive to when the load drops).
+    Returns the best round of each (seconds) and the sizes, and per comparator the
+    median of the per-round kedi/ast ratios per byte (less sensitive to when the
+    load drops).
     """
     size = sum(len(text.encode()) for text in sources)
-    python = python_source(size)
-    python_size = len(python.encode())
-    kedi, floor, python_times = timings(
+    times = timings(
         [
             lambda: [parse(text) for text in sources],
             lambda: [parse_without_builder(text) for text in sources],
-            lambda: ast.parse(python),
+            *(functools.partial(_parse_python, texts) for texts in pythons.values()),
         ],
         rounds,
     )
-    per_round = [
-        spent / size / (python_time / python_size)
-        for spent, python_time in zip(kedi, python_times, strict=True)
-    ]
+    kedi, floor, *python_times = times
+    comparators = {}
+    for (name, texts), spent in zip(pythons.items(), python_times, strict=True):
+        python_size = sum(len(text.encode()) for text in texts)
+        per_round = [
+            kedi_time / size / (python_time / python_size)
+            for kedi_time, python_time in zip(kedi, spent, strict=True)
+        ]
+        comparators[name] = {
+            "size": python_size,
+            "parses": len(texts),
+            "best": min(spent),
+            "round_median": statistics.median(per_round),
+        }
     return {
         "size": size,
         "lines": sum(text.count("\n") + 1 for text in sources),
-        "python_size": python_size,
         "kedi": min(kedi),
         "floor": min(floor),
-        "python": min(python_times),
-        "round_median": statistics.median(per_round),
+        "python": comparators,
     }
 
 
-def report(label: str, runs: list[dict[str, float]], rounds: int) -> None:
+def _parse_python(texts: list[str]) -> None:
+    for text in texts:
+        ast.parse(text)
+
+
+def report(label: str, runs: list[dict[str, Any]], rounds: int) -> None:
     """Print one comparison over the processes' results."""
     first = runs[0]
-    size, python_size = first["size"], first["python_size"]
-
-    def ratio(run: dict[str, float], key: str) -> float:
-        return run[key] / size / (run["python"] / python_size)
-
-    ratios = [ratio(run, "kedi") for run in runs]
+    size, lines = first["size"], first["lines"]
     kedi = statistics.median(run["kedi"] for run in runs)
-    python = statistics.median(run["python"] for run in runs)
-    print(f"{label}: {size:,} bytes, {first['lines']:,} lines")
+    print(f"{label}: {size:,} bytes, {lines:,} lines")
     print(f"  ({len(runs)} processes, {rounds} interleaved rounds each; medians of their best rounds)")
-    print(
-        f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / first['lines'] * 1e6:7.1f} µs/line"
-        f"  ({kedi * 1e3:.1f} ms)"
-    )
-    print(f"  ast.parse   {python_size / python / 1e6:7.3f} MB/s  (on {python_size:,} bytes of stdlib Python)")
-    print(
-        f"  kedi/ast time per byte: {statistics.median(ratios):.2f}x"
-        f" (processes {min(ratios):.2f}x to {max(ratios):.2f}x;"
-        f" median of per-round ratios {statistics.median(run['round_median'] for run in runs):.2f}x)"
-    )
-    floor = statistics.median(ratio(run, "floor") for run in runs)
-    print(f"  lexer and LALR loop alone (no-op builder): {floor:.2f}x")
+    print(f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)")
+    for name, python in first["python"].items():
+
+        def ratio(run: dict[str, Any], key: str, name: str = name) -> float:
+            compared = run["python"][name]
+            return float(run[key]) / size / (compared["best"] / compared["size"])
+
+        ratios = [ratio(run, "kedi") for run in runs]
+        best = statistics.median(run["python"][name]["best"] for run in runs)
+        print(
+            f"  ast.parse   {python['size'] / best / 1e6:7.3f} MB/s  on {name}"
+            f" ({python['size']:,} bytes, {python['parses']} parse{'s' if python['parses'] > 1 else ''})"
+        )
+        print(
+            f"    kedi/ast time per byte: {statistics.median(ratios):.2f}x"
+            f" (processes {min(ratios):.2f}x to {max(ratios):.2f}x; median of per-round ratios"
+            f" {statistics.median(run['python'][name]['round_median'] for run in runs):.2f}x)"
+        )
+        floor = statistics.median(ratio(run, "floor") for run in runs)
+        print(f"    lexer and LALR loop alone (no-op builder): {floor:.2f}x")
 
 
 def child() -> None:
@@ -215,8 +273,23 @@ def child() -> None:
     print(
         json.dumps(
             {
-                "generated": compare([generated_program(10_000)], rounds=GENERATED_ROUNDS),
-                "corpus": compare(corpus, rounds=CORPUS_ROUNDS),
+                "generated": compare(
+                    [program := generated_program(10_000)],
+                    {"stdlib Python of the same size": [python_source(len(program.encode()))]},
+                    rounds=GENERATED_ROUNDS,
+                ),
+                "corpus": compare(
+                    corpus,
+                    {
+                        "one stdlib snippet of the same size per file": python_pieces(
+                            [len(text.encode()) for text in corpus]
+                        ),
+                        "stdlib Python of the same total size, one text": [
+                            python_source(sum(len(text.encode()) for text in corpus))
+                        ],
+                    },
+                    rounds=CORPUS_ROUNDS,
+                ),
                 "files": len(corpus),
             }
         )
