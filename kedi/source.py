@@ -80,7 +80,7 @@ class SourceFile:
     def whole_span(self) -> Span:
         """Return the span of the whole text (`span(0, len(text))` without the line index)."""
         text = self.text
-        return Span(self.path, 1, 1, text.count("\n") + 1, len(text) - text.rfind("\n"))
+        return new_span(self.path, 1, 1, text.count("\n") + 1, len(text) - text.rfind("\n"))
 
     def line_text(self, line: int) -> str:
         """Return the text of a 1-based line, without its line break."""
