@@ -59,7 +59,7 @@ def indent_width(indentation: str) -> int:
 class Layout:
     """The layout state of one parse: open indentation levels and signature mode."""
 
-    __slots__ = ("text", "levels", "in_signature", "first", "last_line_end", "tabs", "keeps")
+    __slots__ = ("text", "levels", "in_signature", "last_line_end", "tabs", "keeps")
 
     SPECIAL = _SIGNATURE_OPENERS | _INLINE_CODE | {"FENCE", "_RPAR"}
     """The terminals, other than `_NL`, that `token` must see."""
@@ -68,7 +68,6 @@ class Layout:
         self.text = text
         self.levels = [0]
         self.in_signature = False
-        self.first = True
         self.last_line_end: Token = ("_DEDENT", 0, 0, 1, 0)
         self.tabs = "\t" in text
         # `keeps`: how many characters of indentation keep the current level, or -1 when
@@ -105,11 +104,9 @@ class Layout:
         while line_end > 0 and text[line_end - 1] in " \t":
             line_end -= 1
         self.last_line_end = ("_DEDENT", line_end, line_end, line, base)
-        blank = breaks > 1 and _crosses_blank_line(text, start, end)
-        if not self.in_signature:
-            # The fed text's leading line break only carries the first line's indentation.
-            blank = blank and not self.first
-            self.first = False
+        # The fed text's leading line break (it closes line 0, or -1 before a byte-order
+        # mark) only carries the first line's indentation: it never makes a blank line.
+        blank = breaks > 1 and line > 0 and _crosses_blank_line(text, start, end)
         return ("_BNL" if blank else "_NL", line_end, line_end, line, base)
 
     def indentation(
