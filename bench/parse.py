@@ -202,9 +202,9 @@ def compare(sources: list[str], pythons: dict[str, list[str]], rounds: int) -> d
     size = sum(len(text.encode()) for text in sources)
     times = timings(
         [
-            lambda: [parse(text) for text in sources],
-            lambda: [parse_without_builder(text) for text in sources],
-            *(functools.partial(_parse_python, texts) for texts in pythons.values()),
+            functools.partial(_each, parse, sources),
+            functools.partial(_each, parse_without_builder, sources),
+            *(functools.partial(_each, ast.parse, texts) for texts in pythons.values()),
         ],
         rounds,
     )
@@ -231,9 +231,10 @@ def compare(sources: list[str], pythons: dict[str, list[str]], rounds: int) -> d
     }
 
 
-def _parse_python(texts: list[str]) -> None:
+def _each(parser: Callable[[str], object], texts: list[str]) -> None:
+    """Parse each text and drop its tree, kedi's and Python's alike (kept trees cost GC time)."""
     for text in texts:
-        ast.parse(text)
+        parser(text)
 
 
 def report(label: str, runs: list[dict[str, Any]], rounds: int) -> None:
