@@ -83,7 +83,7 @@ class Layout:
         elif kind in _SIGNATURE_OPENERS:
             self.in_signature = True
             self._judge()
-        elif kind == "_RPAR":
+        elif kind == "_RPAR" and self.in_signature:  # (a `)` that closes a call changes nothing)
             self.in_signature = False
             self._judge()
         elif kind == "FENCE":

@@ -135,8 +135,9 @@ class FedText:
         start = token[1]
         line = fed[fed.rfind("\n", 0, start) + 1 : start]
         width = indent_width(line[: len(line) - len(line.lstrip(" \t"))])
-        body = self.written(start, token[2])
-        lines = [dedent_line(row, width) for row in body.split("\n")[1:-1]]
+        lines = self.written(start, token[2]).split("\n")[1:-1]
+        if width:  # (a fence at the start of its line keeps its body as it is)
+            lines = [dedent_line(row, width) for row in lines]
         return PythonCode(
             code="\n".join(lines), first_line=token[3] + 1, span=self.span_of([token])
         )
