@@ -137,7 +137,7 @@ def python_pieces(sizes: list[int]) -> list[str]:
     files is as many small parses of the same sizes (each parse has a fixed
     cost, `ast.parse`'s too).
     """
-    text = python_source(2_000_000)
+    text = python_source(sum(sizes) * 10)  # enough to choose from (repeats are dropped)
     lines = text.splitlines(True)
     found: dict[str, None] = {}
     for node in ast.walk(ast.parse(text)):
