@@ -154,9 +154,9 @@ _OPENERS = {
 }
 _CLOSERS = frozenset(_OPENERS.values())
 TRAILING_SPACES = frozenset(
-    {"_EQ", "_COLON", "_COMMA", "_ARROW", "_RPAR", "DIRECTIVE", "TEST_HEAD", "EVAL_HEAD"}
-    | {"SYSTEM", "USE", "PROFILE", "IMPORT", "EXPORT", "PACKAGE", "OPTIMIZE", "AUTO"}
-    | {"CASE", "DATA", "METRIC"}
+    {"TPL", "_RAW", "_EQ", "_COLON", "_COMMA", "_ARROW", "_RPAR"}
+    | {"DIRECTIVE", "SYSTEM", "USE", "PROFILE", "IMPORT", "EXPORT", "PACKAGE", "OPTIMIZE"}
+    | {"AUTO", "CASE", "DATA", "METRIC", "TEST_HEAD", "EVAL_HEAD"}
 )
 """Terminals whose token takes the spaces after it (`->` also those before it).
 

@@ -367,6 +367,25 @@ def test_spaces_after_a_directive_head_are_no_value(source: str) -> None:
     assert parse(source) == parse(re.sub(r":[ \t]+", ":", source, count=1))
 
 
+@pytest.mark.parametrize(
+    ("spaced", "bare"),
+    [
+        (">>   \nSummarize <x>.\n", ">>\nSummarize <x>.\n"),
+        ("[y] <<\t\nSummarize <x>.\n", "[y] <<\nSummarize <x>.\n"),
+        (">> Summarize <x>.   \n", ">> Summarize <x>.\n"),
+    ],
+)
+def test_spaces_after_a_template_marker_are_no_row(spaced: str, bare: str) -> None:
+    """`>>` and `<<` take the spaces after them: no empty first row, as without the spaces."""
+    assert parse(spaced) == parse(bare)
+    assert parse(spaced.replace("\n", "\r\n")) == parse(bare)
+
+
+def test_a_template_marker_with_only_spaces_after_it_is_empty() -> None:
+    with pytest.raises(kedi.KediSyntaxError, match="Empty template"):
+        parse(">>   \n")
+
+
 def test_an_argument_starts_at_its_first_character() -> None:
     """The spaces after `,` (like those after `=`) belong to no node."""
     (ret,) = parse("= <f(a,   b)>\n").body
@@ -981,7 +1000,7 @@ def test_segments_taken_into_the_row_list_parse_and_fail_as_before() -> None:
     assert [type(segment).__name__ for segment in row.segments] == [
         "Text", "Subst", "Text", "Capture", "Text", "Capture", "Text",
     ]
-    assert row.span == Span("<string>", 1, 3, 1, 26)
+    assert row.span == Span("<string>", 1, 4, 1, 26)  # from its first character
     # failures right after a taken segment: the state it was taken in decides, as before
     with pytest.raises(kedi.KediSyntaxError, match="1:6: Unsupported escape"):
         parse(">> a \\ b\n")
