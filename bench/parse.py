@@ -105,39 +105,35 @@ def generated_program(lines: int) -> str:
 def python_source(size: int) -> str:
     """Return standard-library Python of `size` bytes, cut after the top-level statement that reaches it.
 
-    The same modules in the same order for every size, so both comparisons read
-    the same kind of code. The size must match: `ast.parse` is faster per byte on
-    smaller sources (9.8 MB/s on the first 44 KB of these modules, 6.5 MB/s on
-    all 314 KB, on one machine), so a larger comparator flatters kedi.
+    The size must match: `ast.parse` is faster per byte on smaller sources (on
+    one machine 9.8 MB/s on the first 44 KB of these modules, 6.5 MB/s on all
+    314 KB), so a larger comparator flatters kedi.
     """
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    chunks: list[str] = []
-    total = 0
-    while total < size:
-        for name in PYTHON_SOURCES:
-            text = (stdlib / name).read_text(encoding="utf-8")
-            chunks.append(text)
-            total += len(text.encode())
-            if total >= size:
-                break
-    text = "\n".join(chunks)
-    line_ends = list(itertools.accumulate(len(line.encode()) for line in text.splitlines(True)))
-    for statement in ast.parse(text).body:
-        end = line_ends[statement.end_lineno - 1]  # type: ignore[operator]
-        if end >= size:
-            return text.encode()[:end].decode()
-    return text
+    return _statements_from(_stdlib_text(size), 0, size)
 
 
-def python_pieces(sizes: list[int]) -> list[str]:
-    """Return one standard-library snippet per size, each the smallest unused one at least that large.
+def python_windows(size: int, count: int) -> list[str]:
+    """Return `count` texts of `size` bytes, from evenly spaced places in the modules.
 
-    Snippets are the functions, classes and statements of the same modules,
-    dedented so each parses on its own: the Python side of a corpus of small
-    files is as many small parses of the same sizes (each parse has a fixed
-    cost, `ast.parse`'s too).
+    `ast.parse`'s speed per byte on 40 KB of Python depends on what the 40 KB
+    hold (from 8.6 to 15 MB/s across these modules, on one machine), so one
+    window would measure its content more than the parser.
     """
-    text = python_source(sum(sizes) * 10)  # enough to choose from (repeats are dropped)
+    text = _stdlib_text(0)
+    step = (len(text.encode()) - size) // count
+    return [_statements_from(text, index * step, size) for index in range(count)]
+
+
+def python_pieces(sizes: list[int], selections: int) -> list[str]:
+    """Return `selections` sets of standard-library snippets, one per size in each set.
+
+    Each snippet is the smallest unused one at least its size: a function, class
+    or statement of the same modules, dedented so it parses on its own. The Python
+    side of a corpus of small files is as many small parses of the same sizes
+    (each parse has a fixed cost, `ast.parse`'s too); several disjoint sets even
+    out what the snippets hold.
+    """
+    text = _stdlib_text(0)
     lines = text.splitlines(True)
     found: dict[str, None] = {}
     for node in ast.walk(ast.parse(text)):
@@ -150,10 +146,39 @@ def python_pieces(sizes: list[int]) -> list[str]:
             found[snippet] = None
     pool = sorted((len(snippet.encode()), snippet) for snippet in found)
     chosen: list[str] = []
-    for size in sizes:
-        index = bisect.bisect_left(pool, (size, ""))
-        chosen.append(pool.pop(min(index, len(pool) - 1))[1])
+    for _ in range(selections):
+        for size in sizes:
+            index = bisect.bisect_left(pool, (size, ""))
+            chosen.append(pool.pop(min(index, len(pool) - 1))[1])
     return chosen
+
+
+def _stdlib_text(size: int) -> str:
+    """Return the modules of `PYTHON_SOURCES`, all of them, repeated until `size` bytes if needed."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    chunks: list[str] = []
+    total = 0
+    while not chunks or total < size:
+        for name in PYTHON_SOURCES:
+            chunks.append((stdlib / name).read_text(encoding="utf-8"))
+            total += len(chunks[-1].encode())
+    return "\n".join(chunks)
+
+
+def _statements_from(text: str, offset: int, size: int) -> str:
+    """Return the top-level statements of `text` from the first at or after byte `offset`,
+    up to the one that reaches `size` bytes."""
+    line_ends = list(itertools.accumulate(len(line.encode()) for line in text.splitlines(True)))
+    data = text.encode()
+    start = None
+    previous_end = 0  # a statement's text starts after the one before it (comments included)
+    for statement in ast.parse(text).body:
+        if start is None and previous_end >= offset:
+            start = previous_end
+        previous_end = line_ends[statement.end_lineno - 1]  # type: ignore[operator]
+        if start is not None and previous_end - start >= size:
+            return data[start:previous_end].decode()
+    return data[start or 0 :].decode()
 
 
 def timings(functions: list[Callable[[], object]], rounds: int) -> list[list[float]]:
@@ -282,12 +307,12 @@ def child() -> None:
                 "corpus": compare(
                     corpus,
                     {
-                        "one stdlib snippet of the same size per file": python_pieces(
-                            [len(text.encode()) for text in corpus]
+                        f"stdlib snippets of the files' sizes, {SELECTIONS} sets": python_pieces(
+                            [len(text.encode()) for text in corpus], SELECTIONS
                         ),
-                        "stdlib Python of the same total size, one text": [
-                            python_source(sum(len(text.encode()) for text in corpus))
-                        ],
+                        f"stdlib texts of the corpus's total size, {SELECTIONS} windows": (
+                            python_windows(sum(len(text.encode()) for text in corpus), SELECTIONS)
+                        ),
                     },
                     rounds=CORPUS_ROUNDS,
                 ),
@@ -299,6 +324,8 @@ def child() -> None:
 
 GENERATED_ROUNDS = 9
 CORPUS_ROUNDS = 15
+SELECTIONS = 5
+"""How many Python comparators of the corpus's size, from different code (see `python_pieces`)."""
 
 
 STARTUP = """
