@@ -19,7 +19,7 @@ import anyio
 
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
-from kedi.runtime.procedures import in_event_loop
+from kedi.runtime.procedures import refuse_in_event_loop
 from kedi.runtime.program import Program, compile_program
 from kedi.syntax.docstrings import query_body_source
 
@@ -45,11 +45,10 @@ def _runner(func: Callable[..., Any], run: Callable[[Mapping[str, Any]], Any]) -
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if in_event_loop():
-            raise KediUsageError(
-                f"{func.__name__!r} is a sync Kedi function and starts its own event loop; "
-                "inside async code, declare it with `async def` and await it"
-            )
+        refuse_in_event_loop(
+            f"{func.__name__!r} is a sync Kedi function and starts its own event loop; "
+            "inside async code, declare it with `async def` and await it"
+        )
         arguments = bind(args, kwargs)
         return anyio.run(lambda: run(arguments), backend="asyncio")
 

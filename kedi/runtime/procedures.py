@@ -71,11 +71,10 @@ class KediProcedure:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(self.acall, *args, **kwargs)
-        if in_event_loop():
-            raise KediUsageError(
-                f"procedure {self.__name__!r} was called synchronously from inside a running event "
-                f"loop; use `await {self.__name__}.acall(...)`"
-            )
+        refuse_in_event_loop(
+            f"procedure {self.__name__!r} was called synchronously from inside a running event "
+            f"loop; use `await {self.__name__}.acall(...)`"
+        )
         try:
             anyio.from_thread.check_cancelled()  # succeeds only in a worker thread of a run
         except RuntimeError:
@@ -128,13 +127,17 @@ class KediProcedure:
         return self._return_type
 
 
-def in_event_loop() -> bool:
-    """Tell whether this thread runs an event loop (async code), where a blocking call must not start one."""
+def refuse_in_event_loop(advice: str) -> None:
+    """Raise `KediUsageError(advice)` when this thread runs an event loop (async code).
+
+    The sync entry points start an event loop of their own, which cannot happen
+    inside a running one; `advice` names the async form to use instead.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return False  # a worker thread, or plain sync code
-    return True
+        return  # a worker thread, or plain sync code
+    raise KediUsageError(advice)
 
 
 def not_a_procedure(name: str, value: Any) -> KediTypeExecutionError:

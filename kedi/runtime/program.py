@@ -19,13 +19,12 @@ from typing import IO, Any
 import anyio
 
 from kedi.adapters.resources import run_scope
-from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
-from kedi.runtime.procedures import KediProcedure, in_event_loop
+from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
@@ -96,8 +95,7 @@ class Program:
 
     def run_sync(self, **options: Any) -> Any:
         """`run` from synchronous code (it starts an event loop: not from async code)."""
-        if in_event_loop():
-            raise KediUsageError("inside async code, use `await program.run(...)`, not `run_sync`")
+        refuse_in_event_loop("inside async code, use `await program.run(...)`, not `run_sync`")
         return anyio.run(lambda: self.run(**options), backend="asyncio")
 
     def _start(self, **options: Any) -> tuple[Interpreter, CallLayer]:
@@ -143,8 +141,7 @@ class Program:
         procedures, profiles, directives), never its model calls or returns.
         """
         if self._procedures is None:
-            if in_event_loop():
-                raise KediUsageError("inside async code, use `await program.load_procedures()`")
+            refuse_in_event_loop("inside async code, use `await program.load_procedures()`")
             anyio.run(self.load_procedures, backend="asyncio")
         return dict(self._procedures or {})
 
