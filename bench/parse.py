@@ -109,7 +109,7 @@ def python_source(size: int) -> str:
     one machine 9.8 MB/s on the first 44 KB of these modules, 6.5 MB/s on all
     314 KB), so a larger comparator flatters kedi.
     """
-    return _statements_from(_stdlib_text(size), 0, size)
+    return _statements_from(0, size)
 
 
 def python_windows(size: int, count: int) -> list[str]:
@@ -119,9 +119,8 @@ def python_windows(size: int, count: int) -> list[str]:
     hold (from 8.6 to 15 MB/s across these modules, on one machine), so one
     window would measure its content more than the parser.
     """
-    text = _stdlib_text(0)
-    step = (len(text.encode()) - size) // count
-    return [_statements_from(text, index * step, size) for index in range(count)]
+    step = (len(_stdlib()[0]) - size) // count
+    return [_statements_from(index * step, size) for index in range(count)]
 
 
 def python_pieces(sizes: list[int], selections: int) -> list[str]:
@@ -133,7 +132,7 @@ def python_pieces(sizes: list[int], selections: int) -> list[str]:
     (each parse has a fixed cost, `ast.parse`'s too); several disjoint sets even
     out what the snippets hold.
     """
-    text = _stdlib_text(0)
+    text = _stdlib()[0].decode()
     lines = text.splitlines(True)
     found: dict[str, None] = {}
     for node in ast.walk(ast.parse(text)):
@@ -153,32 +152,23 @@ def python_pieces(sizes: list[int], selections: int) -> list[str]:
     return chosen
 
 
-def _stdlib_text(size: int) -> str:
-    """Return the modules of `PYTHON_SOURCES`, all of them, repeated until `size` bytes if needed."""
+@lru_cache(maxsize=1)
+def _stdlib() -> tuple[bytes, list[int]]:
+    """Return the modules of `PYTHON_SOURCES` as one UTF-8 text, and where each top-level statement ends."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    chunks: list[str] = []
-    total = 0
-    while not chunks or total < size:
-        for name in PYTHON_SOURCES:
-            chunks.append((stdlib / name).read_text(encoding="utf-8"))
-            total += len(chunks[-1].encode())
-    return "\n".join(chunks)
-
-
-def _statements_from(text: str, offset: int, size: int) -> str:
-    """Return the top-level statements of `text` from the first at or after byte `offset`,
-    up to the one that reaches `size` bytes."""
+    text = "\n".join((stdlib / name).read_text(encoding="utf-8") for name in PYTHON_SOURCES)
     line_ends = list(itertools.accumulate(len(line.encode()) for line in text.splitlines(True)))
-    data = text.encode()
-    start = None
-    previous_end = 0  # a statement's text starts after the one before it (comments included)
-    for statement in ast.parse(text).body:
-        if start is None and previous_end >= offset:
-            start = previous_end
-        previous_end = line_ends[statement.end_lineno - 1]  # type: ignore[operator]
-        if start is not None and previous_end - start >= size:
-            return data[start:previous_end].decode()
-    return data[start or 0 :].decode()
+    ends = [line_ends[statement.end_lineno - 1] for statement in ast.parse(text).body]  # type: ignore[operator]
+    return text.encode(), ends
+
+
+def _statements_from(offset: int, size: int) -> str:
+    """Return the modules' top-level statements from the first that starts at or after byte
+    `offset` (with the comments before it) up to the one that reaches `size` bytes."""
+    data, ends = _stdlib()
+    start = next((end for end in [0, *ends] if end >= offset), 0)
+    stop = next((end for end in ends if end - start >= size), len(data))
+    return data[start:stop].decode()
 
 
 def timings(functions: list[Callable[[], object]], rounds: int) -> list[list[float]]:
@@ -271,12 +261,7 @@ def report(label: str, runs: list[dict[str, Any]], rounds: int) -> None:
     print(f"  ({len(runs)} processes, {rounds} interleaved rounds each; medians of their best rounds)")
     print(f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)")
     for name, python in first["python"].items():
-
-        def ratio(run: dict[str, Any], key: str, name: str = name) -> float:
-            compared = run["python"][name]
-            return float(run[key]) / size / (compared["best"] / compared["size"])
-
-        ratios = [ratio(run, "kedi") for run in runs]
+        ratios = [_ratio(run, "kedi", name) for run in runs]
         best = statistics.median(run["python"][name]["best"] for run in runs)
         print(
             f"  ast.parse   {python['size'] / best / 1e6:7.3f} MB/s  on {name}"
@@ -287,8 +272,14 @@ def report(label: str, runs: list[dict[str, Any]], rounds: int) -> None:
             f" (processes {min(ratios):.2f}x to {max(ratios):.2f}x; median of per-round ratios"
             f" {statistics.median(run['python'][name]['round_median'] for run in runs):.2f}x)"
         )
-        floor = statistics.median(ratio(run, "floor") for run in runs)
+        floor = statistics.median(_ratio(run, "floor", name) for run in runs)
         print(f"    lexer and LALR loop alone (no-op builder): {floor:.2f}x")
+
+
+def _ratio(run: dict[str, Any], key: str, name: str) -> float:
+    """Return kedi's time per byte (`key`: `kedi` or `floor`) over `ast.parse`'s on comparator `name`."""
+    compared = run["python"][name]
+    return float(run[key]) / run["size"] / (compared["best"] / compared["size"])
 
 
 def child() -> None:
