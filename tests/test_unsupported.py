@@ -15,7 +15,7 @@ CASES = [
         "`> adapter: dspy`",
         id="dspy-in-procedure",
     ),
-    pytest.param("> import: helpers\n= done\n", 1, "`> import:`", id="import"),
+    pytest.param("> approval: allow\n= done\n", 1, "`> approval:`", id="approval"),
     pytest.param("> codemode: enabled\n= done\n", 1, "`> codemode:`", id="codemode"),
 ]
 

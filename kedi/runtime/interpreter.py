@@ -25,6 +25,7 @@ from kedi.errors import (
     KediValueExecutionError,
 )
 from kedi.runtime import trace
+from kedi.runtime.imports import ModuleInstances, run_import
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
 from kedi.runtime.python_bridge import PythonBridge, PythonFailure
 from kedi.runtime.scheduler import KediPromise, Scheduler
@@ -47,6 +48,7 @@ from kedi.syntax.unsupported import UNSUPPORTED_STATEMENTS
 
 if TYPE_CHECKING:
     from kedi.runtime.calls import Texts
+    from kedi.syntax.linking import LinkedModule
 
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"
@@ -67,8 +69,14 @@ class Interpreter:
         env: Mapping[str, Any] | None = None,
         calls: Any = None,
         parallel: int = 0,
+        linked: LinkedModule | None = None,
+        modules: ModuleInstances | None = None,
     ) -> None:
         self.module = module
+        self.linked = linked
+        """The module's resolved imports (`kedi.syntax.linking.link`); None for unlinked source."""
+        self.modules = modules if modules is not None else ModuleInstances()
+        """The imported modules of this run, shared with every module it imports."""
         self.source = source
         self.bridge = PythonBridge(source.path)
         self.module_scope = Scope()
@@ -350,6 +358,13 @@ class Interpreter:
                 members.add(member.name)
         doc = node.docstring.text if node.docstring else None
         frame.scope.vars[node.name] = Profile(node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc)
+
+    async def _import(self, node: ast.Import, frame: Frame) -> None:
+        with trace.frame("import", node.span, label=f"import {node.module}", snippet=self.snippet(node.span)):
+            frame.scope.vars.update(await run_import(node, self))
+
+    async def _declaration_only(self, node: Any, frame: Frame) -> None:
+        """`> export:` and `> package:` were settled at check time; nothing runs."""
 
     async def _unsupported(self, node: Any, frame: Frame) -> None:
         raise KediExecutionError(UNSUPPORTED_STATEMENTS[type(node)], frames=trace.current_frames())
@@ -709,7 +724,9 @@ class Frame:
 
 _PROFILE_MEMBERS = frozenset({"adapter", "model", "effort", "system", "settings", "history", "tools"})
 _BUILTIN_SHADOW_SAFE = frozenset({"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"})
-_DECLARATIONS = (ast.Procedure, ast.CustomType, ast.ProfileDef, ast.Directive, ast.SystemDirective, ast.Use)
+_DECLARATIONS = (
+    ast.Procedure, ast.CustomType, ast.ProfileDef, ast.Directive, ast.SystemDirective, ast.Use, ast.Import,
+)
 
 
 def _no_python(code: ast.PythonCode) -> Any:
@@ -769,9 +786,9 @@ Interpreter._handlers = {
     ast.SystemDirective: Interpreter._system,
     ast.Use: Interpreter._use,
     ast.ProfileDef: Interpreter._profile,
-    ast.Import: Interpreter._unsupported,
-    ast.Export: Interpreter._unsupported,
-    ast.Package: Interpreter._unsupported,
+    ast.Import: Interpreter._import,
+    ast.Export: Interpreter._declaration_only,
+    ast.Package: Interpreter._declaration_only,
     ast.Optimize: Interpreter._unsupported,
     ast.Auto: Interpreter._unsupported,
     ast.TestSuite: Interpreter._suite,

@@ -28,15 +28,17 @@ from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
-from kedi.syntax.checks import check_source
+from kedi.syntax.linking import LinkedModule, check_and_link
 
 
 class Program:
     """A parsed and checked Kedi program, ready to run any number of times."""
 
-    def __init__(self, module: ast.Module, source: SourceFile) -> None:
+    def __init__(self, module: ast.Module, source: SourceFile, linked: LinkedModule | None = None) -> None:
         self.module = module
         self.source = source
+        self.linked = linked
+        """The resolved imports (`kedi.syntax.linking.link`); each run instantiates them afresh."""
         self._procedures: dict[str, KediProcedure] | None = None
 
     @property
@@ -113,7 +115,8 @@ class Program:
         )
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
-            self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers
+            self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers,
+            linked=self.linked,
         )
         layer.limiter = interpreter.limiter
         return interpreter, layer
@@ -163,5 +166,5 @@ def compile_program(
     `fragment` marks source that is not a whole program (a query body);
     `known_globals` names the values the embedder will provide at run time.
     """
-    module = check_source(source, path, fragment=fragment, known_globals=known_globals)
-    return Program(module, SourceFile(source, path))
+    linked = check_and_link(source, path, fragment=fragment, known_globals=known_globals)
+    return Program(linked.module, linked.source, linked)

@@ -98,11 +98,17 @@ def check_or_raise(
 
 
 def check_source(
-    source: str, path: str | None = None, *, fragment: bool = False, known_globals: Sequence[str] = ()
+    source: str,
+    path: str | None = None,
+    *,
+    fragment: bool = False,
+    known_globals: Sequence[str] = (),
+    link_imports: bool = True,
 ) -> ast.Module:
     """Parse `source`, run every static check and reject what this build cannot run; return the module.
 
     `known_globals` names values the embedder provides (query arguments, env).
+    `link_imports` also resolves and checks its `> import:`s (`kedi.syntax.linking`).
     """
     from kedi.syntax.parser import parse  # the parser imports this module's package
     from kedi.syntax.unsupported import reject_unsupported
@@ -111,6 +117,10 @@ def check_source(
     file = SourceFile(source, path)
     check_or_raise(module, source=file, fragment=fragment, known_globals=known_globals)
     reject_unsupported(module, file)
+    if link_imports:
+        from kedi.syntax.linking import link
+
+        link(module, file)
     return module
 
 

@@ -16,9 +16,6 @@ from kedi.syntax import ast
 from kedi.syntax.directives import NOT_YET_SUPPORTED, NOT_YET_SUPPORTED_ADAPTERS
 
 UNSUPPORTED_STATEMENTS: dict[type, str] = {
-    ast.Import: "`> import:` is not supported yet",
-    ast.Export: "`> export:` is not supported yet",
-    ast.Package: "`> package:` is not supported yet",
     ast.Optimize: "`> optimize:` is not supported yet",
     ast.Auto: "`> auto:` is not supported yet",
 }
