@@ -22,7 +22,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval")
 
 
 class _KediGroup(click.Group):
@@ -201,3 +201,45 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+@main.group()
+def package() -> None:
+    """Check a Kedi package directory, or make it pip-installable."""
+
+
+@package.command("check")
+@click.argument("directory", type=click.Path(file_okay=False))
+def package_check(directory: str) -> None:
+    """Validate DIRECTORY/package.kedi and check every .kedi file of its source."""
+    from kedi.cli_package import check_package
+
+    try:
+        checked = check_package(directory)
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
+    except KediError as error:
+        _fail(error)
+    click.echo(f"Package checked: {len(checked)} module(s).")
+
+
+@package.command("pyproject")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--write", is_flag=True, help="Write DIRECTORY/pyproject.toml instead of printing it.")
+def package_pyproject(directory: str, write: bool) -> None:
+    """Print (or --write) the pyproject.toml that lets `pip install DIRECTORY` install the package."""
+    from kedi.cli_package import load_manifest
+    from kedi.syntax.manifest import pyproject_toml
+
+    try:
+        manifest, _ = load_manifest(directory)
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
+    except KediError as error:
+        _fail(error)
+    text = pyproject_toml(manifest)
+    if write:
+        (Path(directory) / "pyproject.toml").write_text(text, encoding="utf-8")
+        click.echo(f"Wrote {Path(directory) / 'pyproject.toml'}")
+    else:
+        click.echo(text, nl=False)

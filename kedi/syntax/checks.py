@@ -665,8 +665,11 @@ def _check_directives(context: _Context) -> Iterator[Diagnostic]:
 
 
 def _check_package_manifest(package: ast.Package) -> Iterator[Diagnostic]:
+    from kedi.syntax.manifest import manifest_problems
+
     yield from _invalid(package.span, "the package name", PACKAGE_NAME, package.name)
     yield from _check_config(package.span, "package", package.config, SPECS["package"])
+    yield from manifest_problems(package)
 
 
 def _check_config(

@@ -1,0 +1,68 @@
+"""Kedi packages: `package.kedi` checks, `kedi package check`, and a real `pip install`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kedi.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+MANIFEST = "> package: greetpkg:\n  version: 1.0.0\n  source: src/greetpkg\n  python: python@3.11-3.14\n"
+
+
+def make_package(root: Path, manifest: str = MANIFEST) -> Path:
+    package = root / "greetpkg"
+    (package / "src" / "greetpkg").mkdir(parents=True)
+    (package / "package.kedi").write_text(manifest)
+    (package / "src" / "greetpkg" / "main.kedi").write_text("@hello(name: str) -> str:\n  = Hello, <name>!\n> export:\n  hello\n")
+    (package / "src" / "greetpkg" / "loud.kedi").write_text("@shout(text: str) -> str:\n  = `text.upper()`\n> export: *\n")
+    return package
+
+
+def test_package_check_accepts_a_valid_package_and_locates_manifest_errors(tmp_path: Path) -> None:
+    package = make_package(tmp_path)
+    result = CliRunner().invoke(main, ["package", "check", str(package)])
+    assert result.exit_code == 0 and "Package checked: 2 module(s)." in result.output
+    (package / "package.kedi").write_text(
+        "> package: greetpkg:\n  version: one\n  source: src/greetpkg\n  python_dependencies:\n    httpx>>=1\n"
+    )
+    result = CliRunner().invoke(main, ["package", "check", str(package)])
+    assert result.exit_code == 1
+    assert 'package.kedi", line 2' in result.output and "PEP 440 version, not `one`" in result.output
+    assert 'package.kedi", line 4' in result.output and "`httpx>>=1` is not a PEP 508 requirement" in result.output
+
+
+def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
+    package = make_package(tmp_path)
+    (package / "src" / "greetpkg" / "main.kedi").unlink()
+    result = CliRunner().invoke(main, ["package", "check", str(package)])
+    assert result.exit_code == 1 and "has no main.kedi" in result.output
+
+
+@pytest.mark.slow
+def test_pip_install_of_a_built_package_makes_import_work(tmp_path: Path) -> None:
+    pytest.importorskip("hatchling", reason="needs hatchling to build the package: pip install -e '.[dev]'")
+    package = make_package(tmp_path)
+    result = CliRunner().invoke(main, ["package", "pyproject", str(package), "--write"])
+    assert result.exit_code == 0, result.output
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(target), str(package)],
+        check=True, capture_output=True, timeout=300,
+    )
+    program = tmp_path / "use.kedi"
+    program.write_text("> import: greetpkg\n> import: greetpkg/loud:\n  shout\n= <shout(`hello('Ada')`)>\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
+    ran = subprocess.run([sys.executable, "-m", "kedi", "run", str(program)], env=env, capture_output=True, text=True, timeout=120)
+    assert ran.stdout.strip() == "HELLO, ADA!", ran.stderr
+    without = {**os.environ, "PYTHONPATH": str(REPO)}
+    ran = subprocess.run([sys.executable, "-m", "kedi", "run", str(program)], env=without, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and "no `greetpkg` in entry point group `kedi.packages`" in ran.stderr
