@@ -1,0 +1,94 @@
+"""The pytest plugin (entry point `pytest11`): `@test:` suites of `.kedi` files as pytest items.
+
+With kedi installed, `pytest` collects every `.kedi` file under its paths
+whose text holds `@test:`; each `> case:` becomes one item, run in source
+order against one runtime per file (`kedi.runtime.suites`) on the offline
+model (`--kedi-model` chooses another). A failing case shows the assertion
+with its values and its `.kedi` line. Importing this module imports only
+pytest: kedi's runtime loads when a `.kedi` file is collected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kedi")
+    group.addoption("--kedi-model", default=None, help="model for .kedi @test: cases (default: offline)")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> KediFile | None:
+    if file_path.suffix == ".kedi" and "@test:" in file_path.read_text(encoding="utf-8", errors="replace"):
+        return KediFile.from_parent(parent, path=file_path)  # type: ignore[no-any-return]
+    return None
+
+
+class KediFile(pytest.File):
+    """One `.kedi` file: its cases share one runtime, started by the first case that runs."""
+
+    def collect(self) -> Iterator[KediCase]:
+        from kedi.errors import KediError
+        from kedi.runtime.program import compile_program
+        from kedi.runtime.suites import suites_of
+
+        try:
+            self.program = compile_program(self.path.read_text(encoding="utf-8"), path=str(self.path))
+        except KediError as error:
+            raise self.CollectError(error.render()) from None
+        self.runtime: Any = None
+        for suite in suites_of(self.program.module):
+            for case in suite.cases:
+                yield KediCase.from_parent(self, name=f"{suite.procedure}::{case.name}", suite=suite, case=case)
+
+    def runtime_for(self, model: str | None) -> Any:
+        import anyio
+
+        from kedi.runtime.suites import SuiteRuntime
+
+        if self.runtime is None:
+            self.runtime = anyio.run(lambda: SuiteRuntime.start(self.program, model=model), backend="asyncio")
+        return self.runtime
+
+
+class KediCaseFailed(Exception):
+    """A `.kedi` case failed; its message is the report."""
+
+
+class KediCase(pytest.Item):
+    """One `> case:` of a `@test:` suite."""
+
+    def __init__(self, *, suite: Any, case: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suite = suite
+        self.case = case
+
+    def runtest(self) -> None:
+        import anyio
+
+        from kedi.adapters.resources import run_scope
+        from kedi.runtime.suites import run_case
+
+        parent: KediFile = self.parent  # type: ignore[assignment]
+        runtime = parent.runtime_for(self.config.getoption("--kedi-model"))
+
+        async def run() -> Any:
+            async with run_scope():
+                return await run_case(runtime, self.suite, self.case)
+
+        result = anyio.run(run, backend="asyncio")
+        if not result.passed:
+            line = runtime.program.source.line_text(result.failure_line).strip()
+            raise KediCaseFailed(f"{result.path}:{result.failure_line}: {line}\n{result.failure}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, KediCaseFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.case.span.line - 1, f"{self.suite.procedure}::{self.case.name}"
