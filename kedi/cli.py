@@ -258,3 +258,19 @@ def test_command(targets: tuple[str, ...], keyword: str | None, model: str | Non
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sys.exit(status)
+
+
+@main.command("eval")
+@click.argument("file")
+@click.option("--model", "model", envvar="KEDI_MODEL", help="Model for the procedure (default: offline).")
+@click.option("--parallel", "parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Rows scored at once.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), help="Write one JSON line per scored row to PATH.")
+def eval_command(file: str, model: str | None, parallel: int, out: str | None) -> None:
+    """Score the @eval: suites of FILE over their datasets and print a table."""
+    from kedi.cli_suites import run_evals
+
+    try:
+        status = run_evals(file, model, parallel, out)
+    except KediError as error:
+        _fail(error)
+    sys.exit(status)

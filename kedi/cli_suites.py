@@ -87,3 +87,97 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
     return 0 if passed else NO_TESTS_EXIT
 
 
+
+
+def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> int:
+    """Score every `@eval:` suite of `file`, print a table per suite, write `out` as JSON lines."""
+    import json
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from kedi.adapters.resources import run_scope
+    from kedi.runtime.evals import EvalDataError, EvalReport, chosen_dataset, evals_of, run_eval
+    from kedi.runtime.program import compile_program
+    from kedi.runtime.suites import SuiteRuntime
+
+    path = Path(file)
+    if not path.is_file():
+        raise click.UsageError(f"file not found: {file}")
+    console = Console(highlight=False)
+    program = compile_program(path.read_text(encoding="utf-8"), path=str(path))
+    suites = evals_of(program.module)
+    if not suites:
+        console.print(f"no @eval: suites in {file}")
+        return NO_TESTS_EXIT
+    reports: list[EvalReport] = []
+    started = time.perf_counter()
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True,
+    )
+
+    async def main() -> None:
+        async with run_scope():
+            runtime = await SuiteRuntime.start(program, model=model, parallel=parallel if parallel > 1 else 0)
+            for problem in runtime.setup_errors:
+                console.print(f"[yellow]setup error at {problem}[/]")
+            async with anyio.create_task_group() as group:
+                group.start_soon(_show_progress_after, progress, 2.0)
+                for suite in suites:
+                    task = progress.add_task(f"@eval: {suite.procedure}", total=None)
+                    reports.append(
+                        await run_eval(runtime, suite, parallel=parallel, on_row=lambda _r, t=task: progress.advance(t))
+                    )
+                group.cancel_scope.cancel()
+        progress.stop()
+
+    try:
+        anyio.run(main, backend="asyncio")
+    except EvalDataError as exc:
+        progress.stop()
+        console.print(f"[red]eval aborted:[/] {exc}")
+        return 1
+    for report, suite in zip(reports, suites, strict=True):
+        console.print(_table(report, Table))
+        dataset = chosen_dataset(suite)
+        where = f"{dataset.kind} `{dataset.name}`" if dataset else "no dataset"
+        failed = sum(1 for r in report.rows if r.failed)
+        tokens = sum(r.tokens for r in report.rows)
+        extra = f" ({report.feedback})" if report.feedback else ""
+        console.print(
+            f"@eval: {report.procedure} on {where}: mean score {report.mean:.3f} over {len(report.rows)} rows{extra}, "
+            f"{failed} below 1.0, {tokens} tokens, {sum(r.seconds for r in report.rows):.2f}s of row time"
+        )
+    if out is not None:
+        with open(out, "w", encoding="utf-8") as stream:
+            for report in reports:
+                for row in report.rows:
+                    stream.write(json.dumps({"suite": report.procedure, "dataset": report.dataset, **row.record()}) + "\n")
+    console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
+    return 0
+
+
+async def _show_progress_after(progress: Any, seconds: float) -> None:
+    """Start the progress bar only on runs that last longer than `seconds`."""
+    await anyio.sleep(seconds)
+    progress.start()
+
+
+def _table(report: Any, table_class: Any) -> Any:
+    table = table_class(title=f"@eval: {report.procedure}")
+    for column in ("#", "input", "expected", "score", "feedback", "tokens", "time"):
+        table.add_column(column, justify="right" if column in ("#", "score", "tokens", "time") else "left")
+    for row in report.rows:
+        style = "red" if row.failed else None
+        table.add_row(
+            str(row.index), _short(row.input), _short(row.expected), f"{row.score:.3f}", row.feedback or "",
+            str(row.tokens), f"{row.seconds * 1000:.0f} ms", style=style,
+        )
+    return table
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,146 @@
+"""`@test:` / `@eval:` suites: `kedi test`, the pytest plugin, `kedi eval` (spec §6.5, §10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import anyio
+from click.testing import CliRunner
+
+import kedi
+from kedi.cli import main
+from kedi.runtime.evals import evals_of, run_eval
+from kedi.runtime.suites import SuiteRuntime
+
+REPO = Path(__file__).resolve().parents[1]
+
+SUITE = """\
+[prefix] = docs
+
+@add(a: int, b: int) -> int:
+  = `a + b`
+
+@label(name: str) -> str:
+  = `prefix + ":" + name`
+
+@test: add:
+  > case: adds:
+    `assert add(2, 3) == 5`
+  > case: wrong_total:
+    ```
+    total = add(2, 2)
+    assert total == 5, "two and two"
+    ```
+  > case: raises:
+    `add(1, "x")`
+  > case: sees_top_level_values:
+    `assert label("a") == "docs:a"`
+"""
+
+
+def test_kedi_test_reports_each_case_with_values_and_kedi_line(tmp_path: Path) -> None:
+    (tmp_path / "calc.kedi").write_text(SUITE)
+    result = CliRunner().invoke(main, ["test", str(tmp_path)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert [line.split("::")[-1] for line in lines if line.startswith(("PASSED", "FAILED"))] == [
+        "adds", "wrong_total", "raises", "sees_top_level_values",
+    ]  # source order, and a failing case does not stop the later ones
+    assert f"FAILED {tmp_path / 'calc.kedi'}::add::wrong_total" in lines
+    assert f"  {tmp_path / 'calc.kedi'}:15: assert total == 5, \"two and two\"" in lines
+    assert "    left  (total): 4" in lines and "    right (5): 5" in lines
+    assert any("KediTypeExecutionError: argument `b` of `add`: expected int" in line for line in lines)
+    assert lines[-1].startswith("2 passed, 2 failed in ")
+
+
+def test_kedi_test_selects_cases_with_k_and_exits_zero_when_they_pass(tmp_path: Path) -> None:
+    (tmp_path / "calc.kedi").write_text(SUITE)
+    result = CliRunner().invoke(main, ["test", str(tmp_path / "calc.kedi"), "-k", "adds or top_level"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("PASSED") == 2 and "FAILED" not in result.output
+    assert CliRunner().invoke(main, ["test", str(tmp_path), "-k", "nothing_matches"]).exit_code == 5
+
+
+def test_suites_never_run_during_kedi_run(tmp_path: Path) -> None:
+    (tmp_path / "calc.kedi").write_text(SUITE + "= <add(`1`, `1`)>\n")
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "calc.kedi")])
+    assert result.exit_code == 0 and result.output.strip() == "2"
+
+
+def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) -> None:
+    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    assert entry_points == {"kedi": "kedi.pytest_plugin"}
+    (tmp_path / "calc.kedi").write_text(SUITE)
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "kedi.pytest_plugin", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert ran.returncode == 1, ran.stdout
+    assert "2 failed, 3 passed" in ran.stdout
+    assert "calc.kedi:15: assert total == 5" in ran.stdout and "left  (total): 4" in ran.stdout
+
+
+EVAL = """\
+```
+import time
+```
+
+@echo(text: str) -> str:
+  = `text`
+
+@eval: echo:
+  > data: rows:
+    = `[("a", "a"), ("b", "x"), ("c", None), "d"]`
+  > test_data: rows:
+    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`
+  > metric: slow_match(rows):
+    = `(time.sleep(rows), float(echo(str(rows))) == expected)[1]`
+"""
+
+
+def test_eval_rows_run_concurrently_and_come_back_in_dataset_order(tmp_path: Path) -> None:
+    program = kedi.compile(EVAL, path=str(tmp_path / "e.kedi"))
+    finished: list[int] = []
+
+    async def go(parallel: int) -> tuple[list[int], float, float]:
+        runtime = await SuiteRuntime.start(program)
+        started = time.perf_counter()
+        report = await run_eval(runtime, evals_of(program.module)[0], parallel=parallel, on_row=lambda r: finished.append(r.index))
+        return [r.index for r in report.rows], report.mean, time.perf_counter() - started
+
+    order, mean, seconds = anyio.run(go, 4)
+    assert order == [0, 1, 2, 3] and finished == [3, 2, 1, 0]  # test_data scored; finished fastest first
+    assert mean == 0.75 and seconds < 0.55  # four rows of 0.6 s of sleep in all overlap
+    finished.clear()
+    order, _, seconds = anyio.run(go, 1)
+    assert finished == [0, 1, 2, 3] and seconds >= 0.6
+
+
+def test_kedi_eval_prints_the_table_and_writes_jsonl(tmp_path: Path) -> None:
+    source = EVAL.replace("  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", "")
+    source = source.replace("(time.sleep(rows), float(echo(str(rows))) == expected)[1]", "echo(rows) == expected")
+    (tmp_path / "e.kedi").write_text(source)
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(main, ["eval", str(tmp_path / "e.kedi"), "--out", str(out), "--parallel", "2"])
+    assert result.exit_code == 0, result.output
+    assert "mean score 0.250 over 4 rows" in " ".join(result.output.split())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["index"], r["input"], r["expected"], r["score"]) for r in rows] == [
+        (0, "a", "a", 1.0), (1, "b", "x", 0.0), (2, "c", None, 0.0), (3, "d", None, 0.0),
+    ]
+    assert rows[2]["feedback"].startswith("error: ")  # `expected` is unbound for a None expected value
+
+
+def test_metric_values_become_scores() -> None:
+    from kedi.runtime.evals import metric_score
+
+    assert metric_score(True) == (1.0, None) and metric_score(3) == (3.0, None)
+    assert metric_score((0.5, "half")) == (0.5, "half")
