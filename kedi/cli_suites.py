@@ -127,9 +127,11 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                 group.start_soon(_show_progress_after, progress, 2.0)
                 for suite in suites:
                     task = progress.add_task(f"@eval: {suite.procedure}", total=None)
-                    reports.append(
-                        await run_eval(runtime, suite, parallel=parallel, on_row=lambda _r, t=task: progress.advance(t))
-                    )
+
+                    def advance(_row: Any, task: Any = task) -> None:
+                        progress.advance(task)
+
+                    reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
                 group.cancel_scope.cancel()
         progress.stop()
 

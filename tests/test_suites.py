@@ -144,3 +144,13 @@ def test_metric_values_become_scores() -> None:
 
     assert metric_score(True) == (1.0, None) and metric_score(3) == (3.0, None)
     assert metric_score((0.5, "half")) == (0.5, "half")
+
+
+def test_library_example_runs_and_its_suite_passes() -> None:
+    library = REPO / "examples" / "library"
+    ran = CliRunner().invoke(main, ["run", str(library / "main.kedi"), "--quiet", "--topic", "Release 2.0"])
+    assert ran.exit_code == 0, ran.output
+    assert ran.output.splitlines() == ["- release-2-0", "- True"]
+    tested = CliRunner().invoke(main, ["test", str(library)])
+    assert tested.exit_code == 0, tested.output
+    assert tested.output.count("PASSED") == 3 and tested.output.splitlines()[-1].startswith("3 passed")

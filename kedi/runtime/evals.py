@@ -26,6 +26,7 @@ are always in dataset order.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,7 +137,7 @@ async def run_eval(
 
     async with Scheduler(limiter) as scheduler:
         for index in range(len(rows)):
-            scheduler.spawn(index, f"{runtime.program.path}:{suite.span.line}", lambda index=index: score(index))
+            scheduler.spawn(index, f"{runtime.program.path}:{suite.span.line}", functools.partial(score, index))
     report.rows = [r for r in results if r is not None]
     return report
 

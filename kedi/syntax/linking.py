@@ -292,7 +292,7 @@ def top_level_names(module: ast.Module, imports: dict[str, LinkedModule]) -> tup
             case ast.Import(names=None):
                 child = imports.get(node.module)
                 imported.update(child.exports if child else ())
-            case ast.Import(names=names):
+            case ast.Import(names=names) if names is not None:
                 imported.update(n.name for n in names)
     return own, imported
 
