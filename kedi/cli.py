@@ -248,7 +248,7 @@ def package_pyproject(directory: str, write: bool) -> None:
 @main.command("test")
 @click.argument("targets", nargs=-1, required=True)
 @click.option("-k", "keyword", metavar="EXPR", help="Run only cases whose FILE::PROCEDURE::CASE matches EXPR (words, and/or/not).")
-@click.option("--model", "model", envvar="KEDI_TEST_MODEL", help="Model for the cases (default: offline, deterministic).")
+@click.option("--model", "model", help="Model for the cases (default: offline, deterministic).")
 def test_command(targets: tuple[str, ...], keyword: str | None, model: str | None) -> None:
     """Run the @test: suites of FILE or of every .kedi file under DIR."""
     from kedi.cli_suites import run_tests

@@ -55,7 +55,7 @@ class KediFile(pytest.File):
         return self.runtime
 
 
-class KediCaseFailed(Exception):
+class _KediCaseFailed(Exception):
     """A `.kedi` case failed; its message is the report."""
 
 
@@ -83,10 +83,10 @@ class KediCase(pytest.Item):
         result = anyio.run(run, backend="asyncio")
         if not result.passed:
             line = runtime.program.source.line_text(result.failure_line).strip()
-            raise KediCaseFailed(f"{result.path}:{result.failure_line}: {line}\n{result.failure}")
+            raise _KediCaseFailed(f"{result.path}:{result.failure_line}: {line}\n{result.failure}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, KediCaseFailed):
+        if isinstance(excinfo.value, _KediCaseFailed):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 

@@ -154,3 +154,26 @@ def test_library_example_runs_and_its_suite_passes() -> None:
     tested = CliRunner().invoke(main, ["test", str(library)])
     assert tested.exit_code == 0, tested.output
     assert tested.output.count("PASSED") == 3 and tested.output.splitlines()[-1].startswith("3 passed")
+
+
+def test_eval_progress_bar_starts_only_after_two_seconds() -> None:
+    from kedi.cli_suites import _show_progress_after
+
+    class Bar:
+        started_at: float | None = None
+
+        def start(self) -> None:
+            self.started_at = time.perf_counter()
+
+    async def quick_run(bar: Bar, run_seconds: float) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_show_progress_after, bar, 0.2)
+            await anyio.sleep(run_seconds)
+            group.cancel_scope.cancel()
+
+    short, long = Bar(), Bar()
+    anyio.run(quick_run, short, 0.05)
+    begun = time.perf_counter()
+    anyio.run(quick_run, long, 0.4)
+    assert short.started_at is None
+    assert long.started_at is not None and long.started_at - begun >= 0.2

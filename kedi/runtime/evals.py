@@ -87,7 +87,7 @@ class EvalReport:
         return sum(r.score for r in self.rows) / len(self.rows) if self.rows else 0.0
 
 
-class EvalDataError(Exception):
+class EvalDataError(KediError):
     """The dataset could not be loaded (the whole eval stops)."""
 
 

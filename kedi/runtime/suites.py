@@ -113,7 +113,7 @@ class CaseResult:
         return f"{self.path}::{self.procedure}::{self.case}"
 
 
-class CaseFailure(AssertionError):
+class CaseFailure(KediError, AssertionError):
     """A rewritten `assert` that failed, with the values it compared."""
 
     def __init__(self, source: str, details: list[tuple[str, Any]], message: Any) -> None:
