@@ -66,3 +66,24 @@ def test_pip_install_of_a_built_package_makes_import_work(tmp_path: Path) -> Non
     without = {**os.environ, "PYTHONPATH": str(REPO)}
     ran = subprocess.run([sys.executable, "-m", "kedi", "run", str(program)], env=without, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 1 and "no `greetpkg` in entry point group `kedi.packages`" in ran.stderr
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_bundled_modules(tmp_path: Path) -> None:
+    import zipfile
+
+    pytest.importorskip("hatchling", reason="needs hatchling to build the wheel: pip install -e '.[dev]'")
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path / "dist")],
+        cwd=REPO, check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = (tmp_path / "dist").glob("kedi-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert {"kedi/bundled/helpers.kedi", "kedi/bundled/errors.kedi"} <= set(archive.namelist())
+        archive.extractall(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "kedi", "-c", "> import: helpers\n= <first_line(`'\\n  hi\\n'`)>"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert ran.stdout.strip() == "hi", ran.stderr
