@@ -22,7 +22,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "transcript")
 
 
 class _KediGroup(click.Group):
@@ -127,6 +127,7 @@ def main() -> None:
 @click.option("--adapter", envvar="KEDI_ADAPTER", help="Default adapter (offline, script, openai, pydantic, langchain).")
 @click.option("--model", "--adapter-model", "model", envvar="KEDI_MODEL", help="Default model (e.g. offline, script:replies.json).")
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
+@click.option("--transcript-full", is_flag=True, help="Write every message of every request (no references to earlier records).")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
 @click.pass_context
@@ -137,6 +138,7 @@ def run(
     adapter: str | None,
     model: str | None,
     transcript: str | None,
+    transcript_full: bool,
     parallel: str | None,
     quiet: bool,
 ) -> None:
@@ -145,6 +147,7 @@ def run(
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
@@ -157,7 +160,7 @@ def run(
             args=program_arguments(ctx.args),
             adapter=adapter,
             model=model,
-            transcript=transcript,
+            transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
             parallel=workers,
             quiet=quiet,
         )
@@ -201,3 +204,20 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+@main.group()
+def transcript() -> None:
+    """Read transcripts written by `kedi run --transcript`."""
+
+
+@transcript.command()
+@click.argument("file")
+def expand(file: str) -> None:
+    """Print FILE's records with every message each request sent (JSON lines)."""
+    from kedi.cli_transcript import expand as expand_transcript
+
+    try:
+        expand_transcript(file)
+    except KediError as error:
+        _fail(error)
