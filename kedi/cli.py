@@ -1,8 +1,11 @@
 """The `kedi` command line.
 
 The only place that prints diagnostics and chooses exit codes: every
-`KediError` is rendered to stderr with exit status 1; anything else is a kedi
-bug and keeps its traceback.
+`KediError` is rendered to stderr with exit status 1; output that cannot be
+written (a closed pipe, a full device) is one line on stderr and exit status
+74 (`EX_IOERR`); anything else is a kedi bug and keeps its traceback. Text
+the output encoding cannot hold (a lone surrogate) is written as its
+backslash escape.
 
     kedi run FILE [OPTIONS] [PROGRAM_OPTIONS]     (also: kedi FILE ..., kedi -c SOURCE ...)
     kedi parse FILE | -c TEXT [--json]            (also: kedi -p FILE)
@@ -12,7 +15,9 @@ bug and keeps its traceback.
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +28,9 @@ import click
 from kedi.errors import KediError
 
 _COMMANDS = ("run", "parse", "check", "transcript")
+EXIT_OUTPUT_FAILED = 74
+"""The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
+_OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
 
 
 class _KediGroup(click.Group):
@@ -33,7 +41,22 @@ class _KediGroup(click.Group):
         if kwargs.get("standalone_mode", True):
             atexit.unregister(_skip_collections_at_exit)  # one registration per process
             atexit.register(_skip_collections_at_exit)
+            for stream in (sys.stdout, sys.stderr):
+                reconfigure = getattr(stream, "reconfigure", None)
+                if reconfigure is not None:
+                    reconfigure(errors="backslashreplace")
         return super().main(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; output that cannot be written ends it with one line and exit 74."""
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # here, not at exit, where a failure would be a traceback
+        except OSError as error:
+            if error.errno not in _OUTPUT_ERRORS:
+                raise
+            _output_failed(error)
+        return result
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in _COMMANDS and args[0] not in ("--help", "-h", "--version"):
@@ -57,6 +80,29 @@ def _skip_collections_at_exit() -> None:
     (bench/README.md, "Start-up").
     """
     gc.freeze()
+
+
+def _output_failed(error: OSError) -> NoReturn:
+    # Point stdout at /dev/null: what is still buffered must not fail again at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
+        pass
+    reason = error.strerror or type(error).__name__
+    with _quietly():
+        print(f"kedi: cannot write the output: {reason}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_OUTPUT_FAILED)
+
+
+class _quietly:
+    """Ignore a failure to report (stderr may be broken too)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is not None and issubclass(exc[0], OSError)  # type: ignore[arg-type]
 
 
 def _fail(error: KediError) -> NoReturn:
