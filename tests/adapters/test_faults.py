@@ -12,9 +12,11 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from kedi.adapters._openai_wire import DEFAULT_MAX_REPLY_BYTES
@@ -157,3 +159,66 @@ async def test_every_server_fault_is_a_provider_error(
     server.add(reply)
     with pytest.raises(ProviderError, match=message):
         await make(server, stream=stream, max_retries=0).request(call())
+
+
+# --------------------------------------------------------------------------- through the frameworks
+
+FRAMEWORK_FAULTS = [
+    pytest.param(Reply(body={"choices": [{"message": None}]}), {"pydantic"}, id="null-message"),
+    pytest.param(Reply(body={"choices": []}), {"pydantic"}, id="no-choices"),
+    pytest.param(Reply(raw=b"this is not gzip", headers={"Content-Encoding": "gzip"}), {"pydantic", "langchain"}, id="junk-gzip"),
+    pytest.param(Reply(raw=b'{"choices": [', declared_length=4000), {"pydantic", "langchain"}, id="short-body"),
+    pytest.param(Reply(raw=b"{not json"), set(), id="bad-json"),
+    pytest.param(Reply(raw=b"[" * 100_000 + b"]" * 100_000), set(), id="deep-json"),
+    pytest.param(Reply(503, {"error": {"message": "busy"}}, headers={"Retry-After": "nan"}), {"pydantic", "langchain"}, id="retry-after-nan"),
+    pytest.param(Reply(body=completion("late"), delay=3), {"pydantic", "langchain"}, id="timeout"),
+]
+"""Each fault, and the frameworks whose client lets kedi tell it is transient (`retryable`)."""
+
+
+@asynccontextmanager
+async def framework_adapter(name: str, server: OpenAIServer) -> AsyncIterator[Any]:
+    """The adapter `name` over the openai SDK pointed at the test server (no SDK retries, 1 s timeout).
+
+    The SDK client is closed before the test's event loop ends (a client
+    collected later would close its connections on a closed loop).
+    """
+    if name == "pydantic":
+        pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra: pip install 'kedi[pydantic-ai]'")
+        from openai import AsyncOpenAI
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        from kedi.adapters.pydantic_ai import PydanticAdapter
+
+        client = AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=1.0)
+        try:
+            yield PydanticAdapter(OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client)))
+        finally:
+            await client.close()
+        return
+    pytest.importorskip("langchain_openai", reason="needs langchain-openai: pip install 'kedi[langchain]' langchain-openai")
+    from langchain_openai import ChatOpenAI
+
+    from kedi.adapters.langchain import LangChainAdapter
+
+    # An HTTP client of this test's own: langchain-openai caches one per base URL.
+    http = httpx.AsyncClient(timeout=1.0)
+    chat = ChatOpenAI(model=MODEL, base_url=server.base_url, api_key="k", max_retries=0, timeout=1.0, http_async_client=http)
+    try:
+        yield LangChainAdapter(chat)
+    finally:
+        await http.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("framework", ["pydantic", "langchain"])
+@pytest.mark.parametrize(("reply", "transient"), FRAMEWORK_FAULTS)
+async def test_the_same_faults_are_provider_errors_through_the_frameworks(
+    server: OpenAIServer, framework: str, reply: Reply, transient: set[str]
+) -> None:
+    server.add(reply)
+    async with framework_adapter(framework, server) as adapter:
+        with pytest.raises(ProviderError) as caught:
+            await adapter.request(CallRequest(prompt="Hi"))
+    assert caught.value.retryable == (framework in transient)
