@@ -9,7 +9,6 @@ Transcript lines are written per model request as the adapter reports them.
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence

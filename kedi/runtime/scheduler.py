@@ -174,7 +174,7 @@ class Scheduler:
         # sequential run would have raised.
         first = failures[0].error
         for other in failures[1:]:
-            if other.error is not first:
+            if other.error is not None and other.error is not first:
                 self._log_once(other.error, "kedi: a concurrent model call also failed: %s")
         # The main flow often failed by awaiting a failed call's promise: that is the same failure.
         known = {id(call.error) for call in failures}
