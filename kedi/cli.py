@@ -15,6 +15,7 @@ backslash escape.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import gc
 import os
@@ -90,19 +91,9 @@ def _output_failed(error: OSError) -> NoReturn:
     except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
         pass
     reason = error.strerror or type(error).__name__
-    with _quietly():
+    with contextlib.suppress(OSError):  # stderr may be broken too
         print(f"kedi: cannot write the output: {reason}", file=sys.stderr, flush=True)
     sys.exit(EXIT_OUTPUT_FAILED)
-
-
-class _quietly:
-    """Ignore a failure to report (stderr may be broken too)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], OSError)  # type: ignore[arg-type]
 
 
 def _fail(error: KediError) -> NoReturn:
