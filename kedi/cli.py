@@ -1,8 +1,11 @@
 """The `kedi` command line.
 
 The only place that prints diagnostics and chooses exit codes: every
-`KediError` is rendered to stderr with exit status 1; anything else is a kedi
-bug and keeps its traceback.
+`KediError` is rendered to stderr with exit status 1; output that cannot be
+written (a closed pipe, a full device) is one line on stderr and exit status
+74 (`EX_IOERR`); anything else is a kedi bug and keeps its traceback. Text
+the output encoding cannot hold (a lone surrogate) is written as its
+backslash escape.
 
     kedi run FILE [OPTIONS] [PROGRAM_OPTIONS]     (also: kedi FILE ..., kedi -c SOURCE ...)
     kedi parse FILE | -c TEXT [--json]            (also: kedi -p FILE)
@@ -12,7 +15,10 @@ bug and keeps its traceback.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import gc
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +28,10 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript")
+EXIT_OUTPUT_FAILED = 74
+"""The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
+_OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
 
 
 class _KediGroup(click.Group):
@@ -33,7 +42,22 @@ class _KediGroup(click.Group):
         if kwargs.get("standalone_mode", True):
             atexit.unregister(_skip_collections_at_exit)  # one registration per process
             atexit.register(_skip_collections_at_exit)
+            for stream in (sys.stdout, sys.stderr):
+                reconfigure = getattr(stream, "reconfigure", None)
+                if reconfigure is not None:
+                    reconfigure(errors="backslashreplace")
         return super().main(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; output that cannot be written ends it with one line and exit 74."""
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # here, not at exit, where a failure would be a traceback
+        except OSError as error:
+            if error.errno not in _OUTPUT_ERRORS:
+                raise
+            _output_failed(error)
+        return result
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in _COMMANDS and args[0] not in ("--help", "-h", "--version"):
@@ -57,6 +81,19 @@ def _skip_collections_at_exit() -> None:
     (bench/README.md, "Start-up").
     """
     gc.freeze()
+
+
+def _output_failed(error: OSError) -> NoReturn:
+    # Point stdout at /dev/null: what is still buffered must not fail again at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
+        pass
+    reason = error.strerror or type(error).__name__
+    with contextlib.suppress(OSError):  # stderr may be broken too
+        print(f"kedi: cannot write the output: {reason}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_OUTPUT_FAILED)
 
 
 def _fail(error: KediError) -> NoReturn:
@@ -127,6 +164,7 @@ def main() -> None:
 @click.option("--adapter", envvar="KEDI_ADAPTER", help="Default adapter (offline, script, openai, pydantic, langchain).")
 @click.option("--model", "--adapter-model", "model", envvar="KEDI_MODEL", help="Default model (e.g. offline, script:replies.json).")
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
+@click.option("--transcript-full", is_flag=True, help="Write every message of every request (no references to earlier records).")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
 @click.pass_context
@@ -137,6 +175,7 @@ def run(
     adapter: str | None,
     model: str | None,
     transcript: str | None,
+    transcript_full: bool,
     parallel: str | None,
     quiet: bool,
 ) -> None:
@@ -145,6 +184,7 @@ def run(
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
@@ -157,7 +197,7 @@ def run(
             args=program_arguments(ctx.args),
             adapter=adapter,
             model=model,
-            transcript=transcript,
+            transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
             parallel=workers,
             quiet=quiet,
         )
@@ -274,3 +314,20 @@ def eval_command(file: str, model: str | None, parallel: int, out: str | None) -
     except KediError as error:
         _fail(error)
     sys.exit(status)
+
+
+@main.group()
+def transcript() -> None:
+    """Read transcripts written by `kedi run --transcript`."""
+
+
+@transcript.command()
+@click.argument("file")
+def expand(file: str) -> None:
+    """Print FILE's records with every message each request sent (JSON lines)."""
+    from kedi.cli_transcript import expand as expand_transcript
+
+    try:
+        expand_transcript(file)
+    except KediError as error:
+        _fail(error)

@@ -186,6 +186,10 @@ class KediPythonTrace:
     procedure: str | None = None
 
 
+_SHOWN_PYTHON_TRACES = 3
+"""Embedded Python lines shown at each end of a long chain (a recursion); the rest are counted."""
+
+
 class KediExecutionError(KediError):
     """The program failed while running.
 
@@ -228,7 +232,15 @@ class KediExecutionError(KediError):
             out += ["", f'  File "{frame.span.path}", line {frame.span.line}, {where}']
             if frame.source_snippet:
                 out.append(f"  \u2771 {frame.span.line} {frame.source_snippet}")
-        for trace in self.python_traces:
+        traces = self.python_traces
+        hidden = len(traces) - 2 * _SHOWN_PYTHON_TRACES
+        if hidden > 1:  # a deep recursion: the first and last frames tell the story
+            shown = traces[:_SHOWN_PYTHON_TRACES] + traces[-_SHOWN_PYTHON_TRACES:]
+        else:
+            shown, hidden = traces, 0
+        for number, trace in enumerate(shown):
+            if hidden and number == _SHOWN_PYTHON_TRACES:
+                out.append(f"    ... {hidden} more embedded Python lines ...")
             out.append(f"    embedded Python line {trace.python_line}")
             if trace.snippet:
                 out.append(f"    \u2771 {trace.python_line} {trace.snippet}")

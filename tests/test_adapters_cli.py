@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from kedi.cli import main
+from kedi.runtime.transcripts import expand_records, read_transcript
 from tests.adapters.openai_server import OpenAIServer, Reply, completion
 
 PROGRAM = "> history: enabled\n>> Name a colour: [colour].\n[why] << Why that one?\n= <colour> / <why>\n"
@@ -18,7 +18,8 @@ def run(tmp_path: Path, *options: str, env: dict[str, str] | None = None):
     path.write_text(PROGRAM, encoding="utf-8")
     transcript = tmp_path / "t.jsonl"
     result = CliRunner().invoke(main, ["run", str(path), "--transcript", str(transcript), *options], env=env)
-    records = [json.loads(line) for line in transcript.read_text().splitlines()] if transcript.exists() else []
+    # Linear records (references to earlier ones) expanded back to every message sent.
+    records = list(expand_records(read_transcript(transcript).records)) if transcript.exists() else []
     return result, records
 
 

@@ -135,6 +135,7 @@ LAYERS = (
     ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
+    Layer("kedi.cli_transcript", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),

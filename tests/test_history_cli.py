@@ -9,6 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from kedi.cli import main
+from kedi.runtime.transcripts import expand_records, read_transcript
 
 
 def run_program(tmp_path: Path, source: str, replies: list[Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -22,8 +23,8 @@ def run_program(tmp_path: Path, source: str, replies: list[Any]) -> tuple[str, l
         main, ["run", str(program), "--model", f"script:{script}", "--transcript", str(transcript)]
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in transcript.read_text(encoding="utf-8").splitlines()]
-    return result.stdout, records
+    # Linear records (references to earlier ones) expanded back to every message sent.
+    return result.stdout, list(expand_records(read_transcript(transcript).records))
 
 
 def roles(record: dict[str, Any]) -> list[str]:

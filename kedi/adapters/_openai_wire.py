@@ -9,6 +9,7 @@ HTTP, the tool loop and the retries.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from kedi.history import Message, ToolCall, wire_tool_arguments
 
 DEFAULT_OUTPUT_RETRIES = 2
 DEFAULT_REQUEST_LIMIT = 10
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
+"""The largest reply body read (after content decoding), in bytes: 32 MiB."""
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 """Statuses worth retrying, besides every 5xx."""
 
@@ -86,12 +89,20 @@ class CallOptions:
     max_retries: int
     output_retries: int
     request_limit: int
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
 
-def call_options(settings: Mapping[str, Any], *, timeout: float, max_retries: int) -> CallOptions:
+def call_options(
+    settings: Mapping[str, Any],
+    *,
+    timeout: float,
+    max_retries: int,
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+) -> CallOptions:
     """Check a call's settings and map them to the wire; settings it does not know are dropped.
 
-    `timeout` and `max_retries` are the adapter's defaults for the settings of those names.
+    `timeout`, `max_retries` and `max_reply_bytes` are the adapter's defaults
+    for the settings of those names.
 
     Raises:
         KediConfigError: a setting has a value the adapter cannot use.
@@ -134,6 +145,9 @@ def call_options(settings: Mapping[str, Any], *, timeout: float, max_retries: in
         ),
         request_limit=count(
             "request_limit", settings.get("request_limit", DEFAULT_REQUEST_LIMIT), 1
+        ),
+        max_reply_bytes=count(
+            "max_reply_bytes", settings.get("max_reply_bytes", max_reply_bytes), 1
         ),
     )
 
@@ -303,6 +317,36 @@ def assistant_message(turn: PortableTurn, message: Any) -> Message:
     return turn.stamp(role="assistant", content=str(content), tool_calls=calls)
 
 
+class IncompleteReply(Exception):
+    """A reply that parsed but holds no finished assistant turn (the text says what is missing)."""
+
+
+def completion_message(data: Any) -> dict[str, Any]:
+    """The assistant `message` of a parsed chat completion.
+
+    Raises:
+        ValueError: `data` is not a chat completion at all.
+        IncompleteReply: no choice, a `null` message, or neither content nor tool calls.
+    """
+    if not isinstance(data, dict) or "choices" not in data:
+        raise ValueError("not a chat completion")
+    choices = data["choices"]
+    if not isinstance(choices, list) or not choices:
+        raise IncompleteReply("it has no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise IncompleteReply("its choice has no message")
+    calls = message.get("tool_calls")
+    if (
+        not isinstance(message.get("content"), str | list)
+        and not isinstance(message.get("refusal"), str)
+        and not (isinstance(calls, list) and calls)
+    ):
+        raise IncompleteReply("its message has neither content nor tool calls")
+    return message
+
+
 def json_text(text: str) -> str:
     """The JSON object in a prompted reply: inside a Markdown fence, or from `{` to `}`."""
     fenced = _FENCE.search(text)
@@ -366,22 +410,29 @@ def provider_error(status: int, code: str, detail: str, where: str) -> ProviderE
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
-    """The wait a reply asks for, in seconds: `retry-after-ms`, else `Retry-After` (seconds or a date)."""
+    """The wait a reply asks for, in seconds: `retry-after-ms`, else `Retry-After` (seconds or a date).
+
+    None (use the backoff schedule) when neither header holds a usable wait:
+    a value that is not a number or a date, NaN, infinite, negative, or a
+    date in the past. A long wait is capped by the caller.
+    """
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
             continue
         try:
-            return max(float(value) * scale, 0.0)
+            wait = float(value) * scale
         except ValueError:
-            pass
+            continue
+        return wait if math.isfinite(wait) and wait >= 0 else None
     value = headers.get("retry-after")
     try:
         when = parsedate_to_datetime(value) if value else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         when = None
     if when is None:
         return None
     if when.tzinfo is None:  # HTTP dates are GMT
         when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+    wait = (when - datetime.now(UTC)).total_seconds()
+    return wait if wait >= 0 else None

@@ -1,9 +1,12 @@
 """Server-sent events of a streamed chat completion, and their accumulation.
 
-`sse_payloads` turns the lines of an SSE body into event payloads (the `data:`
-lines of one event joined with newlines), ignoring comments (`: keep-alive`),
-`event:`/`id:`/`retry:` fields and blank separators, and stopping at the
-OpenAI end marker `data: [DONE]` as soon as it arrives.
+`BodyReader` reads a reply body (already content-decoded) in chunks, counting
+its bytes and refusing more than a cap, and splits a stream into lines.
+`sse_payloads` turns those lines into event payloads (the `data:` lines of one
+event joined with newlines), ignoring comments (`: keep-alive`),
+`event:`/`id:`/`retry:` fields and blank separators; it yields the OpenAI end
+marker `data: [DONE]` as its last payload and stops there, as soon as it
+arrives, so the reader can tell a finished stream from a cut-off one.
 
 `StreamAccumulator` folds `chat.completion.chunk` objects into the same shapes
 a non-streamed reply has: content pieces are concatenated, tool calls are
@@ -15,6 +18,7 @@ from the final chunk (the one with no choices, sent when the request asked for
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +27,54 @@ DONE = "[DONE]"
 """The payload that ends an OpenAI stream."""
 
 
+class BodyTooLarge(Exception):
+    """A reply body passed its reader's byte cap."""
+
+
+class BodyReader:
+    """Reads a body from its byte chunks, counting them (`received`) and refusing more than `limit`."""
+
+    def __init__(self, chunks: AsyncIterable[bytes], limit: int) -> None:
+        self._chunks = chunks
+        self.limit = limit
+        self.received = 0
+        """Bytes read so far (after content decoding)."""
+
+    async def _pieces(self) -> AsyncGenerator[bytes, None]:
+        async for piece in self._chunks:
+            self.received += len(piece)
+            if self.received > self.limit:
+                raise BodyTooLarge
+            yield piece
+
+    async def read(self) -> bytes:
+        """The whole body; `BodyTooLarge` as soon as it passes the cap."""
+        return b"".join([piece async for piece in self._pieces()])
+
+    async def lines(self) -> AsyncGenerator[str, None]:
+        """The body's lines (UTF-8, ended by LF or CRLF); a last line without an end too.
+
+        Raises `UnicodeDecodeError` on invalid UTF-8 and `BodyTooLarge`.
+        """
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        pending: list[str] = []
+        async for piece in self._pieces():
+            text = decoder.decode(piece)
+            if "\n" not in text:
+                pending.append(text)
+                continue
+            head, *middle, tail = text.split("\n")
+            pending.append(head)
+            for line in ("".join(pending), *middle):
+                yield line[:-1] if line.endswith("\r") else line
+            pending = [tail]
+        last = "".join(pending) + decoder.decode(b"", final=True)
+        if last:
+            yield last.removesuffix("\r")
+
+
 async def sse_payloads(lines: AsyncIterable[str]) -> AsyncGenerator[str, None]:
-    """Yield the data payload of every event in `lines`, up to `[DONE]`."""
+    """Yield the data payload of every event in `lines`; `[DONE]`, if it comes, last."""
     data: list[str] = []
     async for line in lines:
         if not line:
@@ -37,6 +87,7 @@ async def sse_payloads(lines: AsyncIterable[str]) -> AsyncGenerator[str, None]:
             value = line[5:]
             value = value[1:] if value.startswith(" ") else value
             if value == DONE and not data:
+                yield DONE
                 return  # at once: some servers keep the connection open after it
             data.append(value)
     # A body that ends without a blank line still completes its last event.
@@ -60,33 +111,43 @@ class StreamAccumulator:
     tool_calls: dict[int, _ToolCallPieces] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    choices: int = 0
+    """How many chunks carried the (first) choice."""
 
     def feed(self, chunk: dict[str, Any]) -> None:
         """Fold one decoded `chat.completion.chunk` into the message."""
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             # Only the first choice is ever requested (`n` is not forwarded).
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
+            self.choices += 1
+            if isinstance(choice.get("finish_reason"), str):
                 self.finish_reason = choice["finish_reason"]
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
+            # A hostile or broken server may send any JSON: wrong types are skipped.
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
-            if delta.get("refusal"):
+            if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
-            for piece in delta.get("tool_calls") or ():
-                self._feed_tool_call(piece)
+            pieces = delta.get("tool_calls")
+            for piece in pieces if isinstance(pieces, list) else ():
+                if isinstance(piece, dict):
+                    self._feed_tool_call(piece)
 
     def _feed_tool_call(self, piece: dict[str, Any]) -> None:
         index = piece.get("index", len(self.tool_calls))
-        call = self.tool_calls.setdefault(index, _ToolCallPieces())
-        call.id = call.id or piece.get("id") or ""
-        function = piece.get("function") or {}
-        call.name = call.name or function.get("name") or ""
-        if function.get("arguments"):
-            call.arguments.append(function["arguments"])
+        call = self.tool_calls.setdefault(index if isinstance(index, int) else -1, _ToolCallPieces())
+        call.id = call.id or _text(piece.get("id"))
+        function = piece.get("function")
+        if not isinstance(function, dict):
+            return
+        call.name = call.name or _text(function.get("name"))
+        call.arguments.append(_text(function.get("arguments")))
 
     def message(self) -> dict[str, Any]:
         """The accumulated assistant message, shaped like a non-streamed reply's `message`."""
@@ -103,3 +164,7 @@ class StreamAccumulator:
                 for _, call in sorted(self.tool_calls.items())
             ]
         return message
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""

@@ -515,7 +515,7 @@ def _provider_error(error: Exception, where: str, partial: PartialResult | None)
         status = getattr(getattr(error, "response", None), "status_code", None)
     detail = f"{type(error).__name__}: {error}"
     if not isinstance(status, int):
-        return ProviderError(f"{where} failed: {detail}", partial=partial)
+        return ProviderError(f"{where} failed: {detail}", retryable=_transient(error), partial=partial)
     if status in (401, 403):
         mapped: ProviderError = AuthenticationError(
             f"{where} was refused (HTTP {status}): {detail}", status=status
@@ -524,6 +524,17 @@ def _provider_error(error: Exception, where: str, partial: PartialResult | None)
         mapped = provider_error(status, str(getattr(error, "code", "") or ""), detail, where)
     mapped.partial = partial
     return mapped
+
+
+_TRANSIENT = frozenset({"APIConnectionError", "APITimeoutError", "TransportError", "TimeoutException"})
+"""Classes (of the openai and httpx clients, by name: neither is a dependency) of failures worth retrying."""
+
+
+def _transient(error: Exception) -> bool:
+    """Whether `error` is a connection failure or a timeout, which a later attempt may not meet."""
+    if isinstance(error, ConnectionError | TimeoutError):
+        return True
+    return any(cls.__name__ in _TRANSIENT for cls in type(error).__mro__)
 
 
 # --------------------------------------------------------------------------- messages

@@ -27,10 +27,20 @@ the output tool) up to `output_retries` (default 2) times, then
 goes back to the model as a failed result. One call makes at most
 `request_limit` (default 10) model requests.
 
-Requests that fail with 408, 409, 429 or 5xx, time out or cannot connect are
-retried `max_retries` (default 3) times with exponential backoff and jitter,
-or after the wait `retry-after-ms` / `Retry-After` ask for (fractional seconds
-or an HTTP date, at most 60 s). Usage is the server's `usage` summed over the
+A reply is complete or it is an error (see docs/failure-model.md): a stream
+must end with a finish reason or `[DONE]`, a completion must hold a choice
+whose message has content or tool calls; anything less is a `ProviderError`
+"reply cut off after N bytes", retried like a transient failure, and the turn
+commits nothing. Each request attempt must finish within `timeout` seconds
+(default 600) end to end, whatever trickles in; a body (after content
+decoding) may hold at most `max_reply_bytes` (default 32 MiB). Every
+transport, decoding, protocol and JSON failure is a `ProviderError`.
+
+Requests that fail with 408, 409, 429 or 5xx, time out, cannot connect or are
+cut off are retried `max_retries` (default 3) times with exponential backoff
+and jitter, or after the wait `retry-after-ms` / `Retry-After` ask for
+(fractional seconds or an HTTP date, at most 60 s; a value that is no usable
+wait, such as NaN, negative or a past date, falls back to the backoff). Usage is the server's `usage` summed over the
 call's requests (the portable estimate for a request whose reply has none).
 
 Connections: the calls of one run share one `httpx.AsyncClient` (one
@@ -54,9 +64,12 @@ import httpx
 from pydantic import ValidationError
 
 from kedi.adapters._openai_wire import (
+    DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
+    IncompleteReply,
     assistant_message,
     call_options,
+    completion_message,
     count,
     error_fields,
     function_tool,
@@ -75,7 +88,7 @@ from kedi.adapters._portable import (
     decode_outputs,
     validation_problems,
 )
-from kedi.adapters._sse import StreamAccumulator, sse_payloads
+from kedi.adapters._sse import DONE, BodyReader, BodyTooLarge, StreamAccumulator, sse_payloads
 from kedi.adapters.base import (
     COMMON_SETTINGS,
     Adapter,
@@ -99,7 +112,7 @@ StructuredMode = Literal["auto", "json_schema", "tool", "prompted"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 600.0
-"""Seconds for each network operation (connect, each read, write), as in the openai SDK."""
+"""Seconds one request attempt may take end to end (and so any single read), as in the openai SDK."""
 DEFAULT_MAX_RETRIES = 3
 MAX_RETRY_AFTER = 60.0
 """The longest wait a `Retry-After` header can impose, in seconds."""
@@ -129,7 +142,14 @@ class OpenAIAdapter(Adapter):
         streaming=True,
         history=True,
         settings=COMMON_SETTINGS
-        | {"output_retries", "request_limit", "max_retries", "effort", "reasoning_effort"},
+        | {
+            "output_retries",
+            "request_limit",
+            "max_retries",
+            "max_reply_bytes",
+            "effort",
+            "reasoning_effort",
+        },
     )
 
     def __init__(
@@ -142,6 +162,7 @@ class OpenAIAdapter(Adapter):
         stream: bool = False,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         history_processor: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -162,6 +183,7 @@ class OpenAIAdapter(Adapter):
         self.stream = stream
         self.max_retries = count("max_retries", max_retries, 0)
         self.timeout = seconds("timeout", timeout)
+        self.max_reply_bytes = count("max_reply_bytes", max_reply_bytes, 1)
         self.history_processor = history_processor
         self._transport = transport
         # Auto mode's structured mode per model, once a server rejected a better one.
@@ -173,7 +195,12 @@ class OpenAIAdapter(Adapter):
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call: its tool loop, structured-output retries and request retries."""
         self.check(request)
-        options = call_options(request.settings, timeout=self.timeout, max_retries=self.max_retries)
+        options = call_options(
+            request.settings,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            max_reply_bytes=self.max_reply_bytes,
+        )
         call = _Call(request, options, self._plan(request))
         run = current_resources()
         if run is not None:
@@ -294,7 +321,7 @@ class OpenAIAdapter(Adapter):
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options.timeout)
+                return await self._attempt(client, body, headers, options)
             except _Retry as retry:
                 if attempt >= options.max_retries:
                     raise retry.error from None
@@ -302,55 +329,82 @@ class OpenAIAdapter(Adapter):
                 attempt += 1
 
     async def _attempt(
-        self, client: httpx.AsyncClient, body: JSONDict, headers: httpx.Headers, timeout: float
+        self, client: httpx.AsyncClient, body: JSONDict, headers: httpx.Headers, options: CallOptions
     ) -> _Reply:
+        """One request, complete or an error: every failure comes out as a `ProviderError`."""
         url = f"{self.base_url}/chat/completions"
+        timeout = options.timeout
+        reader: BodyReader | None = None
         # `from None` everywhere: an httpx error's request holds the Authorization header.
         try:
-            if self.stream:
+            # The whole attempt, not only each read: a server dripping keep-alives ends here too.
+            with anyio.fail_after(timeout):
                 streaming = client.stream("POST", url, json=body, headers=headers, timeout=timeout)
                 async with streaming as response:
+                    reader = BodyReader(response.aiter_bytes(), options.max_reply_bytes)
                     if response.is_error:
-                        await response.aread()
-                        raise self._http_error(response)
-                    return await self._read_stream(response)
-            response = await client.post(url, json=body, headers=headers, timeout=timeout)
-            if response.is_error:
-                raise self._http_error(response)
-            return self._read_completion(response)
-        except httpx.TimeoutException:
+                        raise self._http_error(response, await reader.read())
+                    self._check_length(response, options.max_reply_bytes)
+                    if self.stream:
+                        return await self._read_stream(reader)
+                    return self._read_completion(await reader.read(), reader.received)
+        except (TimeoutError, httpx.TimeoutException):  # the whole attempt's, or one read's
             message = f"the request to {url} timed out after {timeout:g} s"
             raise _Retry(ProviderError(message, retryable=True)) from None
-        except httpx.TransportError as error:
-            message = f"cannot reach {url}: {self._scrub(str(error) or type(error).__name__)}"
+        except BodyTooLarge:
+            raise self._too_large(options.max_reply_bytes) from None
+        except (httpx.TransportError, httpx.DecodingError) as error:
+            detail = self._scrub(str(error) or type(error).__name__)
+            if isinstance(error, httpx.DecodingError):
+                message = f"{self.base_url} sent a reply that cannot be decoded: {detail}"
+            elif reader is not None and reader.received:
+                message = self._cut_off(reader.received, detail)
+            else:
+                message = f"cannot reach {url}: {detail}"
             raise _Retry(ProviderError(message, retryable=True)) from None
+        except httpx.HTTPError as error:  # any other request failure (too many redirects, ...)
+            detail = self._scrub(str(error) or type(error).__name__)
+            raise ProviderError(f"the request to {url} failed: {detail}") from None
 
-    def _http_error(self, response: httpx.Response) -> Exception:
+    def _check_length(self, response: httpx.Response, limit: int) -> None:
+        """Refuse a body whose declared length is over the cap before reading any of it."""
+        declared = response.headers.get("content-length", "")
+        if "content-encoding" not in response.headers and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge
+
+    def _http_error(self, response: httpx.Response, content: bytes) -> Exception:
         """The mapped error of an error reply, wrapped in `_Retry` when it may be retried."""
         try:
-            code, detail = error_fields(response.json())
-        except ValueError:
-            code, detail = "", response.text.strip()[:500] or response.reason_phrase
+            code, detail = error_fields(json.loads(content))
+        except (ValueError, RecursionError):
+            text = content.decode("utf-8", "replace")
+            code, detail = "", text.strip()[:500] or response.reason_phrase
         where = f"{self.base_url} (model {self.model_name!r})"
         error = provider_error(response.status_code, code, self._scrub(detail), where)
         return _Retry(error, retry_after(response.headers)) if error.retryable else error
 
-    def _read_completion(self, response: httpx.Response) -> _Reply:
+    def _read_completion(self, body: bytes, received: int) -> _Reply:
         try:
-            data = response.json()
-            message = data["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            data = json.loads(body)
+            message = completion_message(data)
+        except IncompleteReply as why:
+            raise _Retry(ProviderError(self._cut_off(received, str(why)), retryable=True)) from None
+        except (ValueError, RecursionError):
             raise self._malformed("a chat completion") from None
         return _Reply(message, reply_usage(data.get("usage")))
 
-    async def _read_stream(self, response: httpx.Response) -> _Reply:
+    async def _read_stream(self, reader: BodyReader) -> _Reply:
         stream = StreamAccumulator()
+        done = False
         # `aclosing`: leaving early (an error event) must close the generator here, not at GC.
-        async with aclosing(sse_payloads(response.aiter_lines())) as payloads:
+        async with aclosing(sse_payloads(reader.lines())) as payloads:
             async for payload in payloads:
+                if payload == DONE:
+                    done = True
+                    break
                 try:
                     chunk = json.loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise self._malformed("a stream chunk") from None
                 if not isinstance(chunk, dict):
                     raise self._malformed("a stream chunk")
@@ -358,7 +412,19 @@ class OpenAIAdapter(Adapter):
                     detail = self._scrub(error_fields(chunk)[1])
                     raise ProviderError(f"{self.base_url} failed during the stream: {detail}")
                 stream.feed(chunk)
+        if stream.finish_reason is None and not (done and stream.choices):
+            why = "the stream ended without a finish reason" if stream.choices else "the stream held no reply"
+            raise _Retry(ProviderError(self._cut_off(reader.received, why), retryable=True))
         return _Reply(stream.message(), reply_usage(stream.usage))
+
+    def _cut_off(self, received: int, why: str) -> str:
+        return f"{self.base_url}: reply cut off after {received} bytes ({why})"
+
+    def _too_large(self, limit: int) -> ProviderError:
+        return ProviderError(
+            f"{self.base_url} sent a reply larger than the max_reply_bytes setting ({limit} bytes); "
+            "raise that setting to accept it"
+        )
 
     def _malformed(self, what: str) -> ProviderError:
         return ProviderError(

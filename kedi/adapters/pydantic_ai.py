@@ -602,6 +602,10 @@ class _Transcript(AbstractCapability[Any]):
 # --------------------------------------------------------------------------- errors
 
 
+_INVALID_RESPONSE = "Invalid response from"
+"""How Pydantic AI's models begin the error of a reply that does not parse (no choices, a null message)."""
+
+
 @contextmanager
 def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[None]:
     """Map Pydantic AI's errors to kedi's, with the partial evidence of the run.
@@ -614,6 +618,12 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
     try:
         yield
     except pai.UnexpectedModelBehavior as error:
+        if str(error).startswith(_INVALID_RESPONSE):  # the server's reply, not the model's output
+            raise ProviderError(
+                f"{where} failed: the reply was cut off or malformed: {error}",
+                retryable=True,
+                partial=call.partial("model", captured),
+            ) from error
         raise OutputValidationError(
             f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
         ) from error
@@ -624,6 +634,11 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
         ) from error
     except pai.ModelAPIError as error:
         raise _provider_error(error, where, call.partial("model", captured)) from error
+    except RecursionError as error:  # a reply nested too deeply for the JSON parser
+        raise ProviderError(
+            f"{where} failed: the reply is not JSON kedi can read ({error})",
+            partial=call.partial("model", captured),
+        ) from error
     except pai.UserError as error:
         raise AdapterError(f"Pydantic AI rejected the call{_at(request)}: {error}") from error
     except pai.AgentRunError as error:

@@ -318,6 +318,10 @@ _ROLE_FIELDS: tuple[tuple[str, str, frozenset[str]], ...] = (
 )
 
 
+_ANY_ROLE_FIELDS = frozenset({"role", "content", "run_id", "conversation_id"})
+"""Fields every role may carry."""
+
+
 class Message(_PortableModel):
     """One portable history message (C1)."""
 
@@ -350,6 +354,8 @@ class Message(_PortableModel):
 
     @model_validator(mode="after")
     def _check_roles(self) -> Message:
+        if self.__pydantic_fields_set__ <= _ANY_ROLE_FIELDS:
+            return self  # the common message (text, ids): nothing role-specific to check
         for attribute, key, roles in _ROLE_FIELDS:
             if getattr(self, attribute) and self.role not in roles:
                 allowed = " and ".join(sorted(roles))

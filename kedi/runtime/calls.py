@@ -9,7 +9,6 @@ Transcript lines are written per model request as the adapter reports them.
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from kedi.adapters.base import Adapter, CallResult, Exchange, OutputSpec, ToolSp
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
+from kedi.runtime.transcripts import LinearRecords, encode_line, write_line
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -77,16 +77,22 @@ class PromptEvent:
 
 
 class Transcript:
-    """Writes one JSON line per model request (never secrets)."""
+    """Writes one JSON line per model request (never secrets); see `kedi.runtime.transcripts`.
 
-    def __init__(self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None]) -> None:
-        """Write to a path (created), an open text file, or call `target(record)`."""
-        self._file: IO[str] | None = None
+    Each record is one complete line, written in one `write` and flushed. A
+    record repeating messages of an earlier one on its lane holds only the new
+    ones and a reference, unless `full` (`--transcript-full`).
+    """
+
+    def __init__(self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None], *, full: bool = False) -> None:
+        """Write to a path (created), an open text file, or call `target(record)` (always full records)."""
+        self._file: IO[Any] | None = None
         self._sink: Callable[[dict[str, Any]], None] | None = None
         self._owned = isinstance(target, (str, Path))
+        self._linear = None if full else LinearRecords()
         if self._owned:
             try:
-                self._file = open(target, "w", encoding="utf-8")  # type: ignore[arg-type]  # noqa: SIM115
+                self._file = open(target, "wb", buffering=0)  # type: ignore[arg-type]  # noqa: SIM115
             except OSError as error:
                 raise KediConfigError(f"cannot write the transcript to {target}: {error.strerror}") from None
         elif callable(target) and not hasattr(target, "write"):
@@ -102,8 +108,11 @@ class Transcript:
         if self._sink is not None:
             self._sink(record)
         if self._file is not None:
-            self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-            self._file.flush()
+            shortened = record if self._linear is None else self._linear.shorten(record)
+            try:
+                write_line(self._file, encode_line(shortened))
+            except OSError as error:
+                raise KediConfigError(f"cannot write the transcript: {error.strerror or error}") from None
 
     def close(self) -> None:
         """Close the file if this transcript opened it."""

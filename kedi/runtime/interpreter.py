@@ -139,7 +139,7 @@ class Interpreter:
         frame = Frame(scope, agent, procedure)
         if self.limiter is None:
             return await self._run_statements(body, frame)
-        async with Scheduler(self.limiter) as scheduler:
+        async with Scheduler(self.limiter, quiet=self.calls.quiet) as scheduler:
             frame.scheduler = scheduler
             return await self._run_statements(body, frame)
 

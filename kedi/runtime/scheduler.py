@@ -15,6 +15,7 @@ first), later ones are logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -147,8 +148,10 @@ class KediPromise:
 class Scheduler:
     """The scheduled calls of one body (a procedure invocation or the top level)."""
 
-    def __init__(self, limiter: anyio.CapacityLimiter) -> None:
+    def __init__(self, limiter: anyio.CapacityLimiter, *, quiet: bool = False) -> None:
         self.limiter = limiter
+        self.quiet = quiet
+        """Log nothing: the run's `quiet` option (the raised failure still reaches the caller)."""
         self._group: anyio.abc.TaskGroup | None = None
         self._calls: list[ScheduledCall] = []
 
@@ -171,11 +174,21 @@ class Scheduler:
         # sequential run would have raised.
         first = failures[0].error
         for other in failures[1:]:
-            if other.error is not first:
-                log.warning("kedi: a concurrent model call also failed: %s", other.error)
-        if exc is not None and exc is not first:
-            log.warning("kedi: %s", exc)
+            if other.error is not None and other.error is not first:
+                self._log_once(other.error, "kedi: a concurrent model call also failed: %s")
+        # The main flow often failed by awaiting a failed call's promise: that is the same failure.
+        known = {id(call.error) for call in failures}
+        if exc is not None and id(exc) not in known and id(getattr(exc, "original", None)) not in known:
+            self._log_once(exc, "kedi: %s")
         raise first  # type: ignore[misc]
+
+    def _log_once(self, error: BaseException, template: str) -> None:
+        """Log `error` unless the run is quiet or it was logged already (by an inner body's scheduler)."""
+        if self.quiet or getattr(error, "_kedi_logged", False):
+            return
+        with contextlib.suppress(AttributeError):
+            error._kedi_logged = True  # type: ignore[attr-defined]
+        log.warning(template, error)
 
     def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
         """Start `work` now; return the call whose result its promises share."""

@@ -127,7 +127,7 @@ def check_source(
 # --------------------------------------------------------------------------- scopes
 
 BindingKind = Literal["value", "procedure", "type", "profile", "python", "import"]
-RefKind = Literal["value", "agent", "use", "use_list", "export"]
+RefKind = Literal["value", "agent", "use", "use_list", "export", "type"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +257,7 @@ class _ScopeBuilder:
                         self.segments(argument.segments, scope, kind)
                 case ast.Capture():
                     scope.bind(segment.name, "value")
+                    scope.refs.extend(_type_refs(segment.type))
                 case ast.Text() | ast.InlinePython() | ast.BareBacktick():
                     pass  # backtick Python is too dynamic to check statically
                 case _:  # pragma: no cover - unreachable: every segment class is matched
@@ -305,6 +306,31 @@ def _python_bindings(code: str) -> tuple[set[str], set[str], bool]:
             case python_ast.MatchStar(name=str(name)) | python_ast.MatchMapping(rest=str(name)):
                 names.add(name)
     return names, global_names, star
+
+
+def _type_refs(expr: ast.TypeExpr | None) -> Iterator[_Ref]:
+    """The names a capture's type reads (the first part of a dotted name); backtick types are not read."""
+    pending = [expr]
+    while pending:
+        match pending.pop():
+            case ast.TypeName(name=name, span=span):
+                yield _Ref(name.partition(".")[0], span, "type")
+            case ast.TypeSubscript(base=base, args=args):
+                pending += [base, *args]
+            case ast.TypeUnion(options=options):
+                pending += options
+            case None | ast.TypeLiteral() | ast.TypePython():
+                pass
+            case other:  # pragma: no cover - unreachable: every type class is matched
+                assert_never(other)
+
+
+BUILTIN_TYPE_NAMES = frozenset(
+    {"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set", "Union", "Optional"}
+    | {"Literal", "Annotated", "datetime", "date", "time", "timedelta", "Regex", "Email", "HttpUrl"}
+    | {"FileUrl", "Any", "None"}
+)
+"""The type names every program sees (the keys of `kedi.runtime.types.BUILTIN_TYPES`; a test keeps them equal)."""
 
 
 # --------------------------------------------------------------------------- context
@@ -397,6 +423,8 @@ def _check_names(context: _Context) -> Iterator[Diagnostic]:
             in_module = scope if ref.kind != "export" else context.module_scope
             if ref.kind in ("use", "use_list") and ref.name == "skills":
                 continue  # `> use: skills` is reserved for skill discovery
+            if ref.kind == "type" and ref.name in BUILTIN_TYPE_NAMES:
+                continue
             if not context.resolves(ref.name, in_module, anywhere=ref.kind == "agent"):
                 visible = {n for s in in_module.chain() for n in s.bindings}
                 hint = _did_you_mean(ref.name, visible | context.known_globals | {"args"})
@@ -415,6 +443,7 @@ _UNKNOWN: Mapping[RefKind, str] = {
     "use": "unknown tool or profile `{}`",
     "use_list": "unknown tool `{}`",
     "export": "unknown name `{}` in `> export:`",
+    "type": "unknown type `{}`",
 }
 
 

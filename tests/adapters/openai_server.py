@@ -5,6 +5,9 @@ thread. Each POST takes the next scripted `Reply` (JSON, SSE or an error
 status, with optional headers and delay) and is recorded as a `Received`
 (path, headers, decoded JSON body). A request with no reply left gets a 500
 naming the problem, so a test that scripts too few replies fails loudly.
+A reply may also misbehave on purpose (see `tests/adapters/test_faults.py`):
+raw bytes of any kind, a Content-Length longer than the body, a stream whose
+lines drip in slowly or that stops before its end.
 
 The builders (`completion`, `chunk`, `tool_call`, `error_body`) produce the
 shapes of the openai SDK's `ChatCompletion` / `ChatCompletionChunk` types.
@@ -35,6 +38,12 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     """Seconds to wait before answering."""
+    interval: float = 0.0
+    """Seconds to wait between the lines of a stream (a server dripping keep-alives)."""
+    raw: bytes | None = None
+    """A body sent as these bytes, whatever they are (with `headers` as given)."""
+    declared_length: int | None = None
+    """The Content-Length sent with `raw`, if not its real length (a body cut short)."""
 
 
 @dataclass(frozen=True)
@@ -134,12 +143,18 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.end_headers()
                 for line in reply.events:
+                    if reply.interval and server._stopping.wait(reply.interval):
+                        return
                     self.wfile.write(line.encode() + b"\n")
                     self.wfile.flush()
                 return
-            data = json.dumps(reply.body).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            data = json.dumps(reply.body).encode() if reply.raw is None else reply.raw
+            if "content-type" not in {name.lower() for name in reply.headers}:
+                self.send_header("Content-Type", "application/json")
+            length = len(data) if reply.declared_length is None else reply.declared_length
+            self.send_header("Content-Length", str(length))
+            if reply.declared_length is not None:
+                self.close_connection = True  # the body is short: nothing can follow it
             self.end_headers()
             self.wfile.write(data)
 

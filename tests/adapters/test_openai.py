@@ -752,7 +752,13 @@ async def test_malformed_replies_raise_provider_errors(
     [
         ({"Retry-After": "0.05"}, 0.05),
         ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),
-        ({"Retry-After": "-3"}, 0.0),
+        ({"Retry-After": "-3"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({"Retry-After": "inf"}, None),
+        ({"Retry-After": "1e400"}, None),
+        ({"retry-after-ms": "-1"}, None),
+        ({"Retry-After": "Mon, 01 Jan 1990 00:00:00 GMT"}, None),
+        ({"Retry-After": "Mon, 99 Foo 1990 99:99:99 GMT"}, None),
         ({"Retry-After": "soon"}, None),
         ({}, None),
     ],
@@ -784,7 +790,7 @@ async def test_sse_events_may_span_lines_and_carry_other_fields() -> None:
             yield line
         yield "data: never read"
 
-    assert [payload async for payload in sse_payloads(lines())] == ['{"a":\n1}']
+    assert [payload async for payload in sse_payloads(lines())] == ['{"a":\n1}', "[DONE]"]
 
 
 # --------------------------------------------------------------------------- connections

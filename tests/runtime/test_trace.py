@@ -68,8 +68,10 @@ def test_a_failing_model_call_ends_the_trace_at_its_template() -> None:
 
 
 def test_an_unknown_capture_type_is_reported_at_its_template() -> None:
-    error = failure("[ok] = fine\n>> Rate it [n: NoSuchType].\n= <n>\n")
-    assert frames(error)[-1] == ("template", 2)
+    # A Python block that may bind the name passes `kedi check`; the run finds it unbound.
+    source = "```\nif False:\n    NoSuchType = int\n```\n[ok] = fine\n>> Rate it [n: NoSuchType].\n= <n>\n"
+    error = failure(source)
+    assert frames(error)[-1] == ("template", 6)
 
 
 @pytest.mark.parametrize("raw", [False, True])

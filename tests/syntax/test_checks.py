@@ -84,8 +84,14 @@ def test_docs_fragments_report_only_the_names_they_lack() -> None:
     for row in rows:
         found = check_module(_parse_corpus_file(row))
         lacking = _undefined_names(row["notes"])
+        text = (CORPUS / row["file"]).read_text()
         for diagnostic in found:
             quoted = set(re.findall(r"`([^`]+)`", diagnostic.message))
+            if diagnostic.message.startswith("unknown type"):
+                # The corpus notes list missing values, not types: the type is defined nowhere in it.
+                (name,) = quoted
+                assert not re.search(rf"\b(class|type)\s+{name}\b", text), (row["file"], diagnostic)
+                continue
             assert quoted & lacking, (row["file"], diagnostic)
         reported_files += bool(found)
     # Most undefined names sit inside backticks, which are deliberately not checked.
