@@ -247,6 +247,15 @@ class Adapter(ABC):
         if request.tools and not self.profile.tools:
             raise CapabilityError(f"adapter {self.shortname!r} does not support tools")
 
+    def with_model(self, model: Any) -> Adapter:
+        """This adapter bound to `model` (a name or a model object), if it was built without one.
+
+        An adapter that already has a model keeps it and returns itself: a
+        program's `> model:` or `run(model=...)` chooses the model only for
+        adapters configured without one (`PydanticAdapter(history_processor=f)`).
+        """
+        return self
+
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize native messages to JSON-compatible data (for persistence)."""
         return [m.model_dump(mode="json", by_alias=True, exclude_defaults=True) for m in messages]

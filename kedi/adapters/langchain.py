@@ -94,7 +94,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised by a test that hides langchain_core
     raise ExtraNotInstalledError("langchain-core", "langchain") from error
 
-__all__ = ["CLASSIFIER", "LangChainAdapter"]
+__all__ = ["CLASSIFIER", "LangChainAdapter", "chat_model_from_name"]
 
 _FIELD_SETTINGS = (
     "temperature",
@@ -131,23 +131,33 @@ class LangChainAdapter(Adapter):
 
     def __init__(
         self,
-        chat_model: BaseChatModel,
+        chat_model: BaseChatModel | str | None = None,
         *,
         history_processor: Callable[..., Any] | None = None,
         max_rounds: int = 10,
         output_retries: int = 2,
     ) -> None:
-        """Wrap `chat_model`; raises `KediConfigError` on a bad argument."""
-        if not isinstance(chat_model, BaseChatModel):
+        """Wrap `chat_model` (a chat model object, a model name, or None to take the program's).
+
+        A name goes through `chat_model_from_name` (LangChain's
+        `init_chat_model`). Raises `KediConfigError` on a bad argument.
+        """
+        if isinstance(chat_model, str):
+            chat_model = chat_model_from_name(chat_model)
+        if chat_model is not None and not isinstance(chat_model, BaseChatModel):
             raise KediConfigError(
-                "the langchain adapter needs a LangChain chat model object, not "
-                f"{type(chat_model).__name__}; build one in Python and pass it, e.g. "
-                "run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
+                "the langchain adapter needs a LangChain chat model object or a model name, not "
+                f"{type(chat_model).__name__}; e.g. run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
             )
         self.chat_model = chat_model
         self.history_processor = history_processor
         self.max_rounds = count("max_rounds", max_rounds, 1)
         self.output_retries = count("output_retries", output_retries, 0)
+        self._bound: dict[Any, LangChainAdapter] = {}
+        self.model_name = ""
+        self.supports_tools = self.supports_structured = False
+        if chat_model is None:
+            return
         self.model_name = _model_name(chat_model)
         kind = type(chat_model)
         # The base class implements neither; with_structured_output falls back on bind_tools.
@@ -155,6 +165,24 @@ class LangChainAdapter(Adapter):
         self.supports_structured = self.supports_tools or (
             kind.with_structured_output is not BaseChatModel.with_structured_output
         )
+
+    def with_model(self, model: Any) -> LangChainAdapter:
+        """A copy with this adapter's options on `model` when it has none (see `Adapter.with_model`).
+
+        A name is resolved with `chat_model_from_name`; copies are kept per model.
+        """
+        if self.chat_model is not None or model is None:
+            return self
+        key = model if isinstance(model, str) else id(model)
+        bound = self._bound.get(key)
+        if bound is None or (not isinstance(model, str) and bound.chat_model is not model):
+            bound = self._bound[key] = LangChainAdapter(
+                model,
+                history_processor=self.history_processor,
+                max_rounds=self.max_rounds,
+                output_retries=self.output_retries,
+            )
+        return bound
 
     def __repr__(self) -> str:
         """`LangChainAdapter('<model name>')`."""
@@ -176,6 +204,11 @@ class LangChainAdapter(Adapter):
     def check(self, request: CallRequest) -> None:
         """Raise `CapabilityError` before any I/O if the chat model cannot serve the request."""
         super().check(request)
+        if self.chat_model is None:
+            raise KediConfigError(
+                "the langchain adapter has no chat model; name one (`> model: openai:gpt-4o-mini`) "
+                "or pass a LangChain chat model to LangChainAdapter(...)"
+            )
         name = type(self.chat_model).__name__
         if request.tools and not self.supports_tools:
             raise CapabilityError(
@@ -224,6 +257,27 @@ def _require_asyncio() -> None:
             "the langchain adapter runs only on asyncio (LangChain does not support trio); "
             'use anyio.run(..., backend="asyncio")'
         ) from None
+
+
+def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
+    """A LangChain chat model for `provider:model` (or a bare model name), via `init_chat_model`.
+
+    `init_chat_model` lives in the `langchain` package and needs the
+    provider's integration package (`langchain-openai`, ...); a missing one is
+    a `KediConfigError` naming what to install.
+    """
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise KediConfigError(
+            f"LangChain model {name!r} is named, so kedi needs LangChain's init_chat_model: "
+            'pip install "langchain>=1,<2" (or pass a chat model object instead of a name)'
+        ) from None
+    try:
+        model: BaseChatModel = init_chat_model(name, **settings)
+    except Exception as error:  # init_chat_model raises the provider SDK's own errors
+        raise KediConfigError(f"LangChain cannot build chat model {name!r}: {error}") from None
+    return model
 
 
 def _model_name(chat_model: BaseChatModel) -> str:
@@ -304,6 +358,7 @@ class _Turn:
         )
 
     def _runnable(self) -> Runnable[Any, Any]:
+        assert self.adapter.chat_model is not None  # `check` refuses an adapter without one
         model = _configured(self.adapter.chat_model, self.request.settings)
         spec = self.request.output
         tools = [

@@ -180,7 +180,7 @@ class PydanticAdapter(Adapter):
         if history_processor is not None:
             reject_process_history(self.capabilities)
         self._model = _resolve_model(model)
-        self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
+        self.model_name = model if isinstance(model, str) else _model_id(self._model)
         self.output_mode = (
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
         )
@@ -188,6 +188,27 @@ class PydanticAdapter(Adapter):
             tuple[tuple[tuple[str, str, str], ...], type[Any] | None],
             Agent[Mapping[str, ToolHandler], Any],
         ] = {}
+        self._bound: dict[Any, PydanticAdapter] = {}
+        self._requested_mode: OutputMode = output_mode
+
+    def with_model(self, model: Any) -> PydanticAdapter:
+        """A copy with this adapter's options on `model` when it has none (see `Adapter.with_model`).
+
+        Copies are kept per model, so every run of a program on one model
+        shares one adapter (and its cached agents).
+        """
+        if self._model is not None or model is None:
+            return self
+        key = model if isinstance(model, str) else id(model)
+        bound = self._bound.get(key)
+        if bound is None or (not isinstance(model, str) and bound._model is not model):
+            bound = self._bound[key] = PydanticAdapter(
+                model,
+                history_processor=self.history_processor,
+                output_mode=self._requested_mode,
+                capabilities=self.capabilities,
+            )
+        return bound
 
     def __repr__(self) -> str:
         """`PydanticAdapter('<model>', output_mode='<mode>')`."""
@@ -309,6 +330,13 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         return infer_model(model)
     except (pai.UserError, ImportError, ValueError) as error:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
+
+
+def _model_id(model: Model | None) -> str:
+    """The id of a model object: `provider:name` where Pydantic AI knows both."""
+    if model is None:
+        return ""
+    return str(getattr(model, "model_id", "") or model.model_name)
 
 
 def _output_mode(model: Model, mode: OutputMode) -> OutputMode:

@@ -123,7 +123,7 @@ class CallLayer:
         self,
         *,
         adapter: Any = None,
-        model: str | None = None,
+        model: Any = None,
         conversation: Conversation | None = None,
         transcript: Transcript | None = None,
         hooks: Sequence[Callable[..., Any]] = (),
@@ -146,13 +146,15 @@ class CallLayer:
 
     # ------------------------------------------------------------------ adapters
 
-    def adapter_for(self, adapter: Any, model: str | None) -> Adapter:
+    def adapter_for(self, adapter: Any, model: Any) -> Adapter:
         """The adapter instance for the agent state's (adapter, model), cached per run."""
         adapter = adapter if adapter is not None else self.default_adapter
         model = model if model is not None else self.default_model
-        if isinstance(adapter, Adapter):
+        if isinstance(adapter, Adapter) and model is None:
             return adapter
-        key = (adapter, model)
+        # Adapter instances and model objects may be unhashable (FunctionModel):
+        # they are cached by identity, and the cache keeps them alive.
+        key = tuple(part if part is None or isinstance(part, str) else id(part) for part in (adapter, model))
         instance = self._adapters.get(key)
         if instance is None:
             if adapter is None and model is None and not self._noticed and not self.quiet:
