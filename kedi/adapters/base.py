@@ -121,7 +121,10 @@ class CallRequest:
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     model: str | None = None
     run_id: str = ""
+    """The run's id: stamped on every message the call adds (shared by a run's calls)."""
     conversation_id: str = ""
+    call_id: str = ""
+    """This call's own id (fresh per call); adapters may use it to tell its messages apart."""
     cache_key: str | None = None
     """The lane's opaque cache identity (usable as a provider prompt-cache key)."""
     cache_epoch: int = 0

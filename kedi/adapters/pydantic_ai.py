@@ -79,7 +79,7 @@ from kedi.errors import (
     ProviderError,
     RateLimitError,
 )
-from kedi.history import PartialResult, resolve_conversation_id, resolve_run_id
+from kedi.history import PartialResult, new_id, resolve_conversation_id, resolve_run_id
 from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
@@ -258,14 +258,14 @@ class PydanticAdapter(Adapter):
                 usage_limits=options.usage_limits,
                 retries=options.retries,
                 deps={tool.name: tool.handler for tool in request.tools},
-                run_id=call.run_id,
+                run_id=call.call_id,
                 conversation_id=call.conversation_id,
                 capabilities=call.capabilities(),
             )
         usage = result.usage
         return CallResult(
             value=_value(request, result.output),
-            new_messages=tuple(_without_instructions(result.new_messages())),
+            new_messages=tuple(call.stamped(result.new_messages())),
             usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
             rewritten_history=tuple(call.history) if call.rewrites else None,
             rewrites=call.rewrites,
@@ -482,6 +482,9 @@ class _Call:
     request: CallRequest
     processor: Callable[..., Any] | None
     run_id: str = ""
+    """The kedi run's id, stamped on the messages the call adds."""
+    call_id: str = ""
+    """The call's own id: Pydantic AI's `run_id` while the call runs, which tells its messages apart."""
     conversation_id: str = ""
     history: list[ModelMessage] = field(default_factory=list)
     """The prior history the run is working from (after any accepted processor edit)."""
@@ -491,6 +494,7 @@ class _Call:
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
+        self.call_id = self.request.call_id or new_id()
         self.conversation_id = resolve_conversation_id(
             self.request.conversation_id, self.request.history
         )
@@ -517,7 +521,7 @@ class _Call:
         outcome = await self._process(messages, request_index=self.requests)
         if not outcome.rewritten:
             return messages
-        own = sum(1 for message in messages if message.run_id == self.run_id)
+        own = sum(1 for message in messages if message.run_id == self.call_id)
         # The call's own messages are protected, so they come back whole and last.
         self.history = list(outcome.messages[: len(outcome.messages) - own])
         return list(outcome.messages)
@@ -528,7 +532,7 @@ class _Call:
         outcome = await run_history_processor(
             self.processor,
             messages,
-            _PydanticClassifier(self.run_id),
+            _PydanticClassifier(self.call_id),
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=request_index,
@@ -538,6 +542,13 @@ class _Call:
         )
         self.rewrites += outcome.rewritten
         return outcome
+
+    def stamped(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """The call's messages as a lane keeps them: no instructions, stamped with the run's id."""
+        return [
+            replace(message, run_id=self.run_id) if message.run_id == self.call_id else message
+            for message in _without_instructions(messages)
+        ]
 
     def capabilities(self) -> list[AbstractCapability[Any]] | None:
         """The per-run capabilities: the processor hook and the transcript, when wanted."""
@@ -571,7 +582,7 @@ class _Call:
         self, stage: PartialStage, captured: Sequence[ModelMessage]
     ) -> PartialResult | None:
         """Evidence of a failed run: history through its last completed model turn."""
-        own = [message for message in captured if message.run_id == self.run_id]
+        own = [message for message in captured if message.run_id == self.call_id]
         ends = [
             i
             for i, message in enumerate(own)
@@ -599,7 +610,7 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*self.history, *_without_instructions(done)],  # type: ignore[list-item]
+            messages=[*self.history, *self.stamped(done)],  # type: ignore[list-item]
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
