@@ -45,6 +45,7 @@ from kedi.errors import (
     ProviderError,
     RateLimitError,
     ScriptExhaustedError,
+    StopRun,
     TurnAbandoned,
 )
 
@@ -178,6 +179,7 @@ __all__ = [
     "RunResult",
     "SanitizeReport",
     "ScriptExhaustedError",
+    "StopRun",
     "ThinkingBlock",
     "ToolCall",
     "TurnAbandoned",

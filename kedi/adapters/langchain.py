@@ -42,7 +42,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
 
@@ -69,8 +69,9 @@ from kedi.errors import (
     KediUsageError,
     OutputValidationError,
     ProviderError,
+    StopRun,
 )
-from kedi.history import PartialResult, wire_tool_arguments
+from kedi.history import INTERRUPTED_RESULT, PartialResult, wire_tool_arguments
 from kedi.history.grouping import CALL_IN_PROGRESS, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
@@ -459,7 +460,7 @@ class _Turn:
     async def _run_tools(self, reply: AIMessage, *, skip: str | None) -> None:
         """Answer every call of `reply` (but the output call `skip`) with one `ToolMessage`."""
         handlers = {tool.name: tool.handler for tool in self.request.tools}
-        for call in reply.tool_calls:
+        for index, call in enumerate(reply.tool_calls):
             if call["name"] == skip:
                 continue
             handler = handlers.get(call["name"])
@@ -471,6 +472,8 @@ class _Turn:
                 continue
             try:
                 result = await handler(call["args"])
+            except StopRun as stop:
+                self._stop(stop, reply, index)
             # Any tool failure goes back to the model, as on every adapter.
             except Exception as error:
                 self._answer(call, str(error) or type(error).__name__, failed=True)
@@ -484,6 +487,20 @@ class _Turn:
                     f"the arguments are not valid JSON: {invalid.get('error') or invalid.get('args')}",
                     failed=True,
                 )
+
+    def _stop(self, stop: StopRun, reply: AIMessage, index: int) -> NoReturn:
+        """A tool stopped the run: close every unanswered call of `reply`, fail with the partial."""
+        unanswered = [*reply.tool_calls[index:], *reply.invalid_tool_calls]
+        for call in unanswered:
+            self.turn.append(
+                ToolMessage(INTERRUPTED_RESULT, tool_call_id=call.get("id") or "", name=call.get("name"))
+            )
+        raise StopRun(
+            stop.reason,
+            message=f"tool {unanswered[0].get('name')!r} stopped the run in {self.where}: "
+            f"{stop.reason or 'no reason given'}",
+            partial=self.partial("canceled"),
+        ) from stop
 
     def _answer(self, call: Any, content: str, *, failed: bool) -> None:
         self.turn.append(

@@ -78,8 +78,15 @@ from kedi.errors import (
     OutputValidationError,
     ProviderError,
     RateLimitError,
+    StopRun,
 )
-from kedi.history import PartialResult, new_id, resolve_conversation_id, resolve_run_id
+from kedi.history import (
+    INTERRUPTED_RESULT,
+    PartialResult,
+    new_id,
+    resolve_conversation_id,
+    resolve_run_id,
+)
 from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
@@ -381,6 +388,8 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
     async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
         try:
             result = await ctx.deps[name](arguments)
+        except StopRun:
+            raise  # a deliberate stop ends the run (see `_Call.stopped`)
         except Exception as error:  # reported to the model as a failed result, as on every adapter
             raise ToolFailed(str(error) or type(error).__name__) from error
         return tool_result_text(result)
@@ -578,6 +587,37 @@ class _Call:
             )
         )
 
+    def stopped(self, captured: Sequence[ModelMessage]) -> PartialResult | None:
+        """The partial of a run a tool stopped: its last batch closed, resumable with no repair.
+
+        Results the batch recorded before the stop stay (Pydantic AI leaves
+        them in an interrupted request); every other call of the batch gets
+        the interrupted result.
+        """
+        own = [message for message in captured if message.run_id == self.call_id]
+        last = max((i for i, m in enumerate(own) if isinstance(m, ModelResponse)), default=None)
+        if last is None:
+            return None
+        response = own[last]
+        recorded = {
+            part.tool_call_id: part
+            for message in own[last + 1 :]
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        }
+        closing = ModelRequest(
+            parts=[
+                recorded.get(part.tool_call_id)
+                or ToolReturnPart(part.tool_name, INTERRUPTED_RESULT, tool_call_id=part.tool_call_id)
+                for part in response.parts
+                if isinstance(part, ToolCallPart)
+            ],
+            run_id=self.call_id,
+            conversation_id=self.conversation_id,
+        )
+        return self.partial("canceled", [*own[: last + 1], closing])
+
     def partial(
         self, stage: PartialStage, captured: Sequence[ModelMessage]
     ) -> PartialResult | None:
@@ -601,6 +641,7 @@ class _Call:
             if isinstance(part, ToolReturnPart)
             and part.outcome == "success"
             and part.tool_name in tools
+            and part.content != INTERRUPTED_RESULT
         )
         usage = Usage(
             input_tokens=sum(r.usage.input_tokens for r in responses),
@@ -652,6 +693,12 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
     where = f"model {call.adapter.model_name!r}{_at(request)}"
     try:
         yield
+    except StopRun as stop:
+        raise StopRun(
+            stop.reason,
+            message=f"a tool stopped the run of {where}: {stop.reason or 'no reason given'}",
+            partial=call.stopped(captured),
+        ) from stop
     except pai.UnexpectedModelBehavior as error:
         raise OutputValidationError(
             f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
