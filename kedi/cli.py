@@ -7,6 +7,7 @@ bug and keeps its traceback.
     kedi run FILE [OPTIONS] [PROGRAM_OPTIONS]     (also: kedi FILE ..., kedi -c SOURCE ...)
     kedi parse FILE | -c TEXT [--json]            (also: kedi -p FILE)
     kedi check FILE | -c TEXT
+    kedi chat [--model M] [--system TEXT] [--max-messages N]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "chat")
 
 
 class _KediGroup(click.Group):
@@ -201,3 +202,34 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+@main.command()
+@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter (offline, script, openai, pydantic, langchain).")
+@click.option("--model", "model", envvar="KEDI_MODEL", help="Model (e.g. offline, openai:gpt-4o-mini).")
+@click.option("--system", "system", metavar="TEXT", help="Instructions sent first in every request.")
+@click.option("--max-messages", type=click.IntRange(min=1), default=20, show_default=True, help="History kept (whole turns).")
+@click.option("--quiet", is_flag=True, help="Hide notices (never replies or errors).")
+def chat(adapter: str | None, model: str | None, system: str | None, max_messages: int, quiet: bool) -> None:
+    """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
+    from kedi.cli_chat import chat_loop
+
+    def write(text: str) -> None:
+        click.echo(text, nl=False)
+
+    try:
+        chat_loop(
+            read=sys.stdin,
+            write=write,
+            notice=lambda text: click.echo(text, err=True),
+            interactive=sys.stdin.isatty(),
+            max_messages=max_messages,
+            adapter=adapter,
+            model=model,
+            system=system,
+            quiet=quiet,
+        )
+    except KediError as error:
+        _fail(error)
+    except KeyboardInterrupt:
+        sys.exit(130)
