@@ -60,6 +60,11 @@ def _skip_collections_at_exit() -> None:
     gc.freeze()
 
 
+def _stderr_text(text: str) -> None:
+    # `--stream` text goes to stderr, so stdout stays the program's result with or without it.
+    click.echo(text, nl=False, err=True)
+
+
 def _fail(error: KediError) -> NoReturn:
     click.echo(error.render(), err=True)
     sys.exit(1)
@@ -130,6 +135,7 @@ def main() -> None:
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
+@click.option("--stream", is_flag=True, help="Show the reply text of text calls on stderr as it arrives.")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -140,6 +146,7 @@ def run(
     transcript: str | None,
     parallel: str | None,
     quiet: bool,
+    stream: bool,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
@@ -161,9 +168,13 @@ def run(
             transcript=transcript,
             parallel=workers,
             quiet=quiet,
+            on_delta=_stderr_text if stream else None,
         )
     except KediError as error:
         _fail(error)
+    finally:
+        if stream:
+            click.echo(err=True)  # end the streamed text's line
     if result is not None:
         click.echo(render(result))
 

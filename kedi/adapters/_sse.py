@@ -61,8 +61,9 @@ class StreamAccumulator:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
 
-    def feed(self, chunk: dict[str, Any]) -> None:
-        """Fold one decoded `chat.completion.chunk` into the message."""
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Fold one decoded `chat.completion.chunk` into the message; return its new text."""
+        text = ""
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
@@ -74,10 +75,12 @@ class StreamAccumulator:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self.content.append(delta["content"])
+                text += delta["content"]
             if delta.get("refusal"):
                 self.refusal.append(delta["refusal"])
             for piece in delta.get("tool_calls") or ():
                 self._feed_tool_call(piece)
+        return text
 
     def _feed_tool_call(self, piece: dict[str, Any]) -> None:
         index = piece.get("index", len(self.tool_calls))

@@ -133,6 +133,8 @@ class CallRequest:
     """Where the call is in the source (`flow.kedi:12`), for error messages."""
     on_exchange: Callable[[Exchange], None] | None = None
     """Transcript sink: called once per model request."""
+    on_delta: Callable[[str], None] | None = None
+    """Streaming sink of a text call: each piece of reply text as it arrives (adapters that stream)."""
 
 
 build_request = constructor(CallRequest)

@@ -83,6 +83,7 @@ try:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
+        AIMessageChunk,
         BaseMessage,
         HumanMessage,
         SystemMessage,
@@ -90,7 +91,7 @@ try:
         messages_from_dict,
         messages_to_dict,
     )
-    from langchain_core.messages.utils import count_tokens_approximately
+    from langchain_core.messages.utils import count_tokens_approximately, message_chunk_to_message
     from langchain_core.runnables import Runnable
 except ImportError as error:  # pragma: no cover - exercised by a test that hides langchain_core
     raise ExtraNotInstalledError("langchain-core", "langchain") from error
@@ -123,7 +124,7 @@ class LangChainAdapter(Adapter):
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,
-        streaming=False,
+        streaming=True,
         history=True,
         offline=False,
         message_format="langchain",
@@ -195,7 +196,7 @@ class LangChainAdapter(Adapter):
         return {
             "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
-            "streaming": "no",
+            "streaming": "yes: text calls stream to on_delta (astream)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings))
@@ -306,6 +307,25 @@ def _configured(chat_model: BaseChatModel, settings: Any) -> BaseChatModel:
     return chat_model.model_copy(update=update) if update else chat_model
 
 
+async def _streamed(
+    runnable: Runnable[Any, Any], sent: list[BaseMessage], on_delta: Callable[[str], None]
+) -> AIMessage:
+    """`runnable.astream(sent)`: each chunk's text goes to `on_delta`; the chunks add up to the reply."""
+    total: AIMessageChunk | None = None
+    async for chunk in runnable.astream(sent):
+        if not isinstance(chunk, AIMessageChunk):
+            raise TypeError(f"the chat model streamed {type(chunk).__name__}, not AIMessageChunk")
+        text = chunk.text
+        if text:
+            on_delta(str(text))
+        total = chunk if total is None else total + chunk
+    if total is None:
+        raise ValueError("the chat model streamed no reply")
+    message = message_chunk_to_message(total)
+    assert isinstance(message, AIMessage)
+    return message
+
+
 def _function(name: str, description: str, parameters: JSONDict) -> JSONDict:
     return {
         "type": "function",
@@ -399,7 +419,10 @@ class _Turn:
         sent = [SystemMessage(instructions)] if instructions else []
         sent += [message for message in messages if not isinstance(message, SystemMessage)]
         try:
-            answer = await runnable.ainvoke(sent)
+            if self.request.on_delta is not None and self.request.output is None:
+                answer = await _streamed(runnable, sent, self.request.on_delta)
+            else:
+                answer = await runnable.ainvoke(sent)
         except Exception as error:  # the chat model's own errors, mapped at this one boundary
             raise _provider_error(error, self.where, self.partial("model")) from error
         reply = answer["raw"] if isinstance(answer, dict) else answer

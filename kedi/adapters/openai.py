@@ -44,6 +44,7 @@ import json
 import os
 import random
 import ssl
+from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from functools import cache
@@ -234,7 +235,7 @@ class OpenAIAdapter(Adapter):
             call.set_instructions()
             await turn.process(self)
             try:
-                reply = await self._send(client, self._body(call), call.options)
+                reply = await self._send(client, self._body(call), call.options, call.request.on_delta)
             except ProviderError as error:
                 if self._step_down(call, error):
                     continue
@@ -270,7 +271,7 @@ class OpenAIAdapter(Adapter):
         if plan is not None and plan.mode == "json_schema":
             body["response_format"] = response_format(plan.spec.name, *plan.schema())
         body.update(options.params)
-        if self.stream:
+        if self.stream or request.on_delta is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         body.update(options.extra_body)
@@ -285,7 +286,11 @@ class OpenAIAdapter(Adapter):
         return httpx.AsyncClient(verify=_ssl_context())
 
     async def _send(
-        self, client: httpx.AsyncClient, body: JSONDict, options: CallOptions
+        self,
+        client: httpx.AsyncClient,
+        body: JSONDict,
+        options: CallOptions,
+        on_delta: Callable[[str], None] | None = None,
     ) -> _Reply:
         """POST one request, retrying transient failures; raise a mapped `ProviderError`."""
         headers = httpx.Headers(options.headers)
@@ -294,7 +299,7 @@ class OpenAIAdapter(Adapter):
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options.timeout)
+                return await self._attempt(client, body, headers, options.timeout, on_delta)
             except _Retry as retry:
                 if attempt >= options.max_retries:
                     raise retry.error from None
@@ -302,18 +307,23 @@ class OpenAIAdapter(Adapter):
                 attempt += 1
 
     async def _attempt(
-        self, client: httpx.AsyncClient, body: JSONDict, headers: httpx.Headers, timeout: float
+        self,
+        client: httpx.AsyncClient,
+        body: JSONDict,
+        headers: httpx.Headers,
+        timeout: float,
+        on_delta: Callable[[str], None] | None,
     ) -> _Reply:
         url = f"{self.base_url}/chat/completions"
         # `from None` everywhere: an httpx error's request holds the Authorization header.
         try:
-            if self.stream:
+            if body.get("stream"):
                 streaming = client.stream("POST", url, json=body, headers=headers, timeout=timeout)
                 async with streaming as response:
                     if response.is_error:
                         await response.aread()
                         raise self._http_error(response)
-                    return await self._read_stream(response)
+                    return await self._read_stream(response, on_delta)
             response = await client.post(url, json=body, headers=headers, timeout=timeout)
             if response.is_error:
                 raise self._http_error(response)
@@ -343,7 +353,9 @@ class OpenAIAdapter(Adapter):
             raise self._malformed("a chat completion") from None
         return _Reply(message, reply_usage(data.get("usage")))
 
-    async def _read_stream(self, response: httpx.Response) -> _Reply:
+    async def _read_stream(
+        self, response: httpx.Response, on_delta: Callable[[str], None] | None
+    ) -> _Reply:
         stream = StreamAccumulator()
         # `aclosing`: leaving early (an error event) must close the generator here, not at GC.
         async with aclosing(sse_payloads(response.aiter_lines())) as payloads:
@@ -357,7 +369,9 @@ class OpenAIAdapter(Adapter):
                 if chunk.get("error"):
                     detail = self._scrub(error_fields(chunk)[1])
                     raise ProviderError(f"{self.base_url} failed during the stream: {detail}")
-                stream.feed(chunk)
+                text = stream.feed(chunk)
+                if text and on_delta is not None:
+                    on_delta(text)
         return _Reply(stream.message(), reply_usage(stream.usage))
 
     def _malformed(self, what: str) -> ProviderError:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -101,21 +101,26 @@ try:
     from pydantic_ai import exceptions as pai
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
+        AgentStreamEvent,
         BaseToolReturnPart,
         CompactionPart,
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
+        PartDeltaEvent,
+        PartStartEvent,
         RetryFeedbackPart,
         SystemPromptPart,
         TextPart,
+        TextPartDelta,
         ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
     )
     from pydantic_ai.models import Model, ModelRequestContext, infer_model
+    from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.usage import UsageLimits
@@ -162,7 +167,7 @@ class PydanticAdapter(Adapter):
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,
-        streaming=False,
+        streaming=True,
         history=True,
         offline=False,
         message_format="pydantic-ai",
@@ -227,7 +232,7 @@ class PydanticAdapter(Adapter):
         return {
             "structured output": "tool, native, prompted (auto: native where the model profile allows)",
             "tools": "yes (Tool.from_schema; failures go back to the model)",
-            "streaming": "no",
+            "streaming": "yes: text calls stream to on_delta (event_stream_handler)",
             "history": "yes: Pydantic AI ModelMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings)),
@@ -256,6 +261,7 @@ class PydanticAdapter(Adapter):
         options = _run_options(request.settings, self._model)
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
+        streams = request.on_delta is not None and _can_stream(self._model)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output).run(
                 request.prompt,
@@ -268,7 +274,10 @@ class PydanticAdapter(Adapter):
                 run_id=call.call_id,
                 conversation_id=call.conversation_id,
                 capabilities=call.capabilities(),
+                event_stream_handler=_text_deltas(request.on_delta) if streams else None,
             )
+        if request.on_delta is not None and not streams:
+            request.on_delta(result.output)  # a model that cannot stream: the text in one piece
         usage = result.usage
         return CallResult(
             value=_value(request, result.output),
@@ -337,6 +346,31 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         return infer_model(model)
     except (pai.UserError, ImportError, ValueError) as error:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
+
+
+def _can_stream(model: Model) -> bool:
+    """Whether `model` serves streamed requests (a `FunctionModel` needs a `stream_function`)."""
+    return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+
+def _text_deltas(
+    on_delta: Callable[[str], None] | None,
+) -> Callable[[RunContext[Any], AsyncIterable[AgentStreamEvent]], Awaitable[None]]:
+    """An `event_stream_handler` passing each piece of text Pydantic AI streams to `on_delta`."""
+    assert on_delta is not None  # only built for a streaming call
+
+    async def handle(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+        async for event in events:
+            if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                text = event.part.content
+            elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                text = event.delta.content_delta
+            else:
+                continue
+            if text:
+                on_delta(text)
+
+    return handle
 
 
 def _model_id(model: Model | None) -> str:

@@ -141,7 +141,10 @@ class CallLayer:
         history_processor: Callable[..., Any] | None = None,
         quiet: bool = False,
         run_id: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> None:
+        self.on_delta = on_delta
+        """Streaming sink: text calls pass each piece of reply text to it as it arrives."""
         self.run_id = run_id or new_id()
         """The run's id, stamped on every message its calls add (C8)."""
         self.added: list[Any] = []
@@ -283,6 +286,7 @@ class CallLayer:
             cache_epoch=0 if lane is None else lane.epoch,
             history_processor=plan.processor,
             origin=origin,
+            on_delta=self.on_delta if output is None else None,
             on_exchange=None
             if transcript is None
             else _exchange_sink(transcript, adapter, plan.key, history_on, (run_id, call_id, conversation_id), plan.settings),

@@ -83,6 +83,7 @@ class Program:
         result: bool = False,
         run_id: str | None = None,
         conversation_id: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -95,11 +96,15 @@ class Program:
         `run_id` names the run (fresh UUIDv7 otherwise); `conversation_id`
         names the conversation: a new one with that id, or, when it differs
         from the id of the `conversation` passed, a fork of it (docs/history.md,
-        "Run results and identity").
+        "Run results and identity"). `on_delta(text)` receives the reply text
+        of text calls (raw invokes, templates without captures) piece by piece
+        as it arrives, on adapters that stream; structured calls deliver
+        their validated value at the end, as usual.
         """
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
             run_id=_checked_id("run_id", run_id),
+            on_delta=on_delta,
             args=args,
             adapter=adapter,
             model=model,
@@ -152,6 +157,7 @@ class Program:
             history_processor=options["history_processor"] or defaults.history_processor,
             quiet=options["quiet"],
             run_id=options.get("run_id"),
+            on_delta=options.get("on_delta"),
         )
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
