@@ -88,7 +88,8 @@ def create_adapter(adapter: Any, model: Any) -> Adapter:
             )
         if adapter is not None and adapter != framework:
             raise KediConfigError(f"a {framework} model object cannot run on adapter {adapter!r}")
-        return adapter_class(framework)(model)
+        framework_adapter: Any = adapter_class(framework)
+        return framework_adapter(model)  # type: ignore[no-any-return]
     if model is not None and model.startswith("script:"):
         return adapter_class("script")(model[len("script:") :])
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):

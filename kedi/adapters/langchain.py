@@ -308,7 +308,7 @@ def _configured(chat_model: BaseChatModel, settings: Any) -> BaseChatModel:
 
 
 async def _streamed(
-    runnable: Runnable[Any, Any], sent: list[BaseMessage], on_delta: Callable[[str], None]
+    runnable: Runnable[Any, Any], sent: Sequence[BaseMessage], on_delta: Callable[[str], None]
 ) -> AIMessage:
     """`runnable.astream(sent)`: each chunk's text goes to `on_delta`; the chunks add up to the reply."""
     total: AIMessageChunk | None = None

@@ -160,7 +160,7 @@ class CallLayer:
         self.quiet = quiet
         self.limiter: Any = None
         """Set by a parallel run: bounds model requests in flight."""
-        self._adapters: dict[tuple[Any, Any], Adapter] = {}
+        self._adapters: dict[tuple[Any, ...], Adapter] = {}
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
         self._noticed = False
