@@ -151,7 +151,9 @@ _MODEL_SETTINGS = frozenset(
     }
 )
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
-_KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
+_KEDI_SETTINGS = frozenset(
+    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id"}
+)
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
 
@@ -261,6 +263,8 @@ class PydanticAdapter(Adapter):
         options = _run_options(request.settings, self._model)
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
+        if continues_responses(self._model):
+            history = [_as_sent(message) for message in history]
         streams = request.on_delta is not None and _can_stream(self._model)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output).run(
@@ -283,7 +287,7 @@ class PydanticAdapter(Adapter):
             value=_value(request, result.output),
             new_messages=tuple(call.stamped(result.new_messages())),
             usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
-            rewritten_history=tuple(call.history) if call.rewrites else None,
+            rewritten_history=tuple(map(_as_stored, call.history)) if call.rewrites else None,
             rewrites=call.rewrites,
         )
 
@@ -448,6 +452,11 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
         for key, value in settings.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
+    if continues_responses(model):
+        # Response-ID continuation (docs/adapters.md): on by default; `false` or null turns it off.
+        continuation = settings.get("openai_previous_response_id", "auto")
+        if continuation not in (None, False):
+            chosen["openai_previous_response_id"] = continuation
     stop = settings.get("stop")
     if (
         stop is not None
@@ -534,6 +543,8 @@ class _Call:
     requests: int = 0
     """Model requests started so far (the processor's `request_index`)."""
     rewrites: int = 0
+    stale: bool = False
+    """An accepted edit since the last response: the next request may not continue server-side state."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
@@ -554,6 +565,7 @@ class _Call:
             outcome = await self._process([*self.history, current], request_index=1)
             if outcome.rewritten:
                 self.history = list(outcome.messages[:-1])
+                self.stale = True
         return _without_system_parts(self.history)
 
     async def follow_up(self, messages: list[ModelMessage]) -> list[ModelMessage]:
@@ -564,6 +576,7 @@ class _Call:
         outcome = await self._process(messages, request_index=self.requests)
         if not outcome.rewritten:
             return messages
+        self.stale = True
         own = sum(1 for message in messages if message.run_id == self.call_id)
         # The call's own messages are protected, so they come back whole and last.
         self.history = list(outcome.messages[: len(outcome.messages) - own])
@@ -587,9 +600,17 @@ class _Call:
         return outcome
 
     def stamped(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        """The call's messages as a lane keeps them: no instructions, stamped with the run's id."""
+        """The call's messages as a lane keeps them: no instructions, stamped with the run's id.
+
+        The call's id goes to `metadata` (`kedi_call_id`, with `kedi_run_id`):
+        Pydantic AI's continuation digests cover the stamps a message had when
+        it was sent, so `_as_sent` puts the call's id back for such models.
+        """
+        ids = {_CALL_ID: self.call_id, _RUN_ID: self.run_id}
         return [
-            replace(message, run_id=self.run_id) if message.run_id == self.call_id else message
+            replace(message, run_id=self.run_id, metadata={**(message.metadata or {}), **ids})
+            if message.run_id == self.call_id
+            else message
             for message in _without_instructions(messages)
         ]
 
@@ -600,6 +621,8 @@ class _Call:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
             extra.append(_Transcript(self))
+        if continues_responses(self.adapter._model):
+            extra.append(_FreshAfterEdit(self))
         return extra or None
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
@@ -685,13 +708,65 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*self.history, *self.stamped(done)],  # type: ignore[list-item]
+            messages=[*map(_as_stored, self.history), *self.stamped(done)],  # type: ignore[list-item]
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
             run_id=self.run_id,
             conversation_id=self.conversation_id,
         )
+
+
+@dataclass
+class _FreshAfterEdit(AbstractCapability[Any]):
+    """Sends the full history, not `previous_response_id`, on the first request after an accepted edit.
+
+    The server's copy of an earlier response holds the history before the
+    edit, so continuing from it would bring removed messages back. Once a
+    response produced after the edit exists, continuing from it is safe again.
+    """
+
+    call: _Call
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        settings = request_context.model_settings
+        if not self.call.stale or not settings or "openai_previous_response_id" not in settings:
+            return request_context
+        fresh = {key: value for key, value in settings.items() if key != "openai_previous_response_id"}
+        return replace(request_context, model_settings=fresh)  # type: ignore[arg-type]
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        self.call.stale = False
+        return response
+
+
+_CALL_ID = "kedi_call_id"
+_RUN_ID = "kedi_run_id"
+
+
+def _as_sent(message: ModelMessage) -> ModelMessage:
+    """`message` with the run id Pydantic AI stamped when it was sent (the kedi call's id)."""
+    call_id = (message.metadata or {}).get(_CALL_ID)
+    return message if call_id is None or message.run_id == call_id else replace(message, run_id=call_id)
+
+
+def _as_stored(message: ModelMessage) -> ModelMessage:
+    """`message` with the kedi run's id, as a lane keeps it (the inverse of `_as_sent`)."""
+    run_id = (message.metadata or {}).get(_RUN_ID)
+    return message if run_id is None or message.run_id == run_id else replace(message, run_id=run_id)
+
+
+def continues_responses(model: Model | None) -> bool:
+    """Whether `model` keeps server-side response state (Pydantic AI's `OpenAIResponsesModel`).
+
+    Read from the class names, so `pydantic_ai.models.openai` (and the openai
+    SDK) is not imported to ask.
+    """
+    return model is not None and any(cls.__name__ == "OpenAIResponsesModel" for cls in type(model).__mro__)
 
 
 def _tool_returns(message: ModelMessage) -> bool:
