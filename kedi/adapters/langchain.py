@@ -72,7 +72,14 @@ from kedi.errors import (
     StopRun,
 )
 from kedi.history import INTERRUPTED_RESULT, PartialResult, wire_tool_arguments
-from kedi.history.grouping import CALL_IN_PROGRESS, SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history.archive import (
+    CHECKPOINT_PREFIX,
+    HistoryArchive,
+    archive_exchanges,
+    archive_policy,
+    expand_checkpoints,
+)
+from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     chain_processors,
@@ -136,6 +143,7 @@ class LangChainAdapter(Adapter):
         chat_model: BaseChatModel | str | None = None,
         *,
         history_processor: Callable[..., Any] | None = None,
+        history_archive: HistoryArchive | int | None = None,
         max_rounds: int = 10,
         output_retries: int = 2,
     ) -> None:
@@ -153,6 +161,7 @@ class LangChainAdapter(Adapter):
             )
         self.chat_model = chat_model
         self.history_processor = history_processor
+        self.history_archive = archive_policy(history_archive)
         self.max_rounds = count("max_rounds", max_rounds, 1)
         self.output_retries = count("output_retries", output_retries, 0)
         self._bound: dict[Any, LangChainAdapter] = {}
@@ -181,6 +190,7 @@ class LangChainAdapter(Adapter):
             bound = self._bound[key] = LangChainAdapter(
                 model,
                 history_processor=self.history_processor,
+                history_archive=self.history_archive,
                 max_rounds=self.max_rounds,
                 output_retries=self.output_retries,
             )
@@ -326,6 +336,18 @@ async def _streamed(
     return message
 
 
+def _checkpoint(archive_id: str, text: str) -> HumanMessage:
+    """A checkpoint: a `HumanMessage` whose `id` names the archive (ids are never sent)."""
+    return HumanMessage(text, id=f"{CHECKPOINT_PREFIX}{archive_id}")
+
+
+def _checkpoint_id(message: BaseMessage) -> str | None:
+    """The archive a checkpoint names, or None for any other message."""
+    if isinstance(message, HumanMessage) and (message.id or "").startswith(CHECKPOINT_PREFIX):
+        return (message.id or "")[len(CHECKPOINT_PREFIX) :]
+    return None
+
+
 def _function(name: str, description: str, parameters: JSONDict) -> JSONDict:
     return {
         "type": "function",
@@ -437,13 +459,14 @@ class _Turn:
 
     async def _processed(self) -> list[BaseMessage]:
         """History and turn, through the history processor if there is one."""
-        messages = [*self.history, *self.turn]
+        history, turn, archives = self._archived()
+        messages = [*history, *turn]
         if self.processor is None:
             return messages
         outcome = await run_history_processor(
             self.processor,
             messages,
-            _LangChainClassifier(frozenset(map(id, self.turn))),
+            _LangChainClassifier(frozenset(map(id, turn))),
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=self.usage.requests + 1,
@@ -453,16 +476,28 @@ class _Turn:
         if not outcome.rewritten:
             return messages
         kept = list(outcome.messages)
-        prior, tail = kept[: len(kept) - len(self.turn)], kept[len(kept) - len(self.turn) :]
-        if len(tail) != len(self.turn) or any(
-            a is not b for a, b in zip(tail, self.turn, strict=True)
-        ):
+        prior, tail = kept[: len(kept) - len(turn)], kept[len(kept) - len(turn) :]
+        if len(tail) != len(turn) or any(a is not b for a, b in zip(tail, turn, strict=True)):
             raise HistoryProcessingValidationError(
                 "a history processor must return the messages of the call in progress unchanged, at the end"
             )
-        self.history = prior
+        # The lane keeps archived exchanges verbatim: checkpoints are for requests only.
+        self.history = expand_checkpoints(prior, archives, _checkpoint_id)
         self.rewrites += 1
         return kept
+
+    def _archived(self) -> tuple[list[BaseMessage], list[BaseMessage], dict[str, list[Any]]]:
+        """History and turn as the next request sends them: long tool loops archived."""
+        policy = self.adapter.history_archive
+        if policy is None:
+            return self.history, self.turn, {}
+        history, archives = archive_exchanges(
+            self.history, CLASSIFIER, policy, dump=messages_to_dict, make_checkpoint=_checkpoint
+        )
+        turn, own = archive_exchanges(
+            self.turn, CLASSIFIER, policy, dump=messages_to_dict, make_checkpoint=_checkpoint
+        )
+        return history, turn, {**archives, **own}
 
     def _record(self, sent: list[BaseMessage], reply: AIMessage) -> None:
         sink = self.request.on_exchange
@@ -682,8 +717,10 @@ class _LangChainClassifier:
         return isinstance(obj, BaseMessage)
 
     def info(self, message: BaseMessage) -> MessageInfo:
-        """Classify one message by its LangChain type."""
+        """Classify one message by its LangChain type (a kedi checkpoint is `other`, protected)."""
         own = (CALL_IN_PROGRESS,) if id(message) in self.in_progress else ()
+        if _checkpoint_id(message) is not None:
+            return MessageInfo("other", protected=(CHECKPOINT, *own))
         if isinstance(message, SystemMessage):
             return MessageInfo("system", protected=(SYSTEM, *own), is_text_only=_is_text(message))
         if isinstance(message, HumanMessage):

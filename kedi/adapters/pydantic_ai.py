@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -87,6 +87,12 @@ from kedi.history import (
     resolve_conversation_id,
     resolve_run_id,
 )
+from kedi.history.archive import (
+    HistoryArchive,
+    archive_exchanges,
+    archive_policy,
+    expand_checkpoints,
+)
 from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
@@ -101,31 +107,40 @@ try:
     from pydantic_ai import exceptions as pai
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
-        AgentStreamEvent,
         BaseToolReturnPart,
         CompactionPart,
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
-        PartDeltaEvent,
-        PartStartEvent,
         RetryFeedbackPart,
         SystemPromptPart,
         TextPart,
-        TextPartDelta,
         ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
     )
     from pydantic_ai.models import Model, ModelRequestContext, infer_model
-    from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.usage import UsageLimits
 except ImportError as error:  # pragma: no cover - exercised by a test that hides pydantic_ai
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
+
+# Imports Pydantic AI itself: only once the guard above has passed.
+from kedi.adapters._pydantic_state import (  # noqa: E402
+    CALL_ID,
+    RUN_ID,
+    FreshAfterEdit,
+    as_sent,
+    as_stored,
+    can_stream,
+    checkpoint_of,
+    continues_responses,
+    text_deltas,
+)
+from kedi.adapters._pydantic_state import CHECKPOINT as CHECKPOINT_KEY  # noqa: E402
 
 __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
@@ -181,6 +196,7 @@ class PydanticAdapter(Adapter):
         model: str | Model | None = None,
         *,
         history_processor: Callable[..., Any] | None = None,
+        history_archive: HistoryArchive | int | None = None,
         output_mode: OutputMode = "auto",
         capabilities: Sequence[AbstractCapability[Any]] = (),
     ) -> None:
@@ -190,6 +206,7 @@ class PydanticAdapter(Adapter):
                 f"unknown output_mode {output_mode!r}; expected one of {', '.join(get_args(OutputMode))}"
             )
         self.history_processor = history_processor
+        self.history_archive = archive_policy(history_archive)
         self.capabilities = tuple(capabilities)
         if history_processor is not None:
             reject_process_history(self.capabilities)
@@ -219,6 +236,7 @@ class PydanticAdapter(Adapter):
             bound = self._bound[key] = PydanticAdapter(
                 model,
                 history_processor=self.history_processor,
+                history_archive=self.history_archive,
                 output_mode=self._requested_mode,
                 capabilities=self.capabilities,
             )
@@ -264,8 +282,8 @@ class PydanticAdapter(Adapter):
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
         if continues_responses(self._model):
-            history = [_as_sent(message) for message in history]
-        streams = request.on_delta is not None and _can_stream(self._model)
+            history = [as_sent(message) for message in history]
+        streams = request.on_delta is not None and can_stream(self._model)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output).run(
                 request.prompt,
@@ -278,16 +296,16 @@ class PydanticAdapter(Adapter):
                 run_id=call.call_id,
                 conversation_id=call.conversation_id,
                 capabilities=call.capabilities(),
-                event_stream_handler=_text_deltas(request.on_delta) if streams else None,
+                event_stream_handler=text_deltas(request.on_delta) if streams else None,
             )
         if request.on_delta is not None and not streams:
             request.on_delta(result.output)  # a model that cannot stream: the text in one piece
         usage = result.usage
         return CallResult(
             value=_value(request, result.output),
-            new_messages=tuple(call.stamped(result.new_messages())),
+            new_messages=tuple(call.stamped(call.expanded(result.new_messages()))),
             usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
-            rewritten_history=tuple(map(_as_stored, call.history)) if call.rewrites else None,
+            rewritten_history=tuple(map(as_stored, call.history)) if call.rewrites else None,
             rewrites=call.rewrites,
         )
 
@@ -350,31 +368,6 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         return infer_model(model)
     except (pai.UserError, ImportError, ValueError) as error:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
-
-
-def _can_stream(model: Model) -> bool:
-    """Whether `model` serves streamed requests (a `FunctionModel` needs a `stream_function`)."""
-    return not (isinstance(model, FunctionModel) and model.stream_function is None)
-
-
-def _text_deltas(
-    on_delta: Callable[[str], None] | None,
-) -> Callable[[RunContext[Any], AsyncIterable[AgentStreamEvent]], Awaitable[None]]:
-    """An `event_stream_handler` passing each piece of text Pydantic AI streams to `on_delta`."""
-    assert on_delta is not None  # only built for a streaming call
-
-    async def handle(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
-        async for event in events:
-            if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-                text = event.part.content
-            elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
-                text = event.delta.content_delta
-            else:
-                continue
-            if text:
-                on_delta(text)
-
-    return handle
 
 
 def _model_id(model: Model | None) -> str:
@@ -545,6 +538,8 @@ class _Call:
     rewrites: int = 0
     stale: bool = False
     """An accepted edit since the last response: the next request may not continue server-side state."""
+    archives: dict[str, list[ModelMessage]] = field(default_factory=dict)
+    """Archive id -> the exact messages a checkpoint of this call stands for."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
@@ -560,18 +555,58 @@ class _Call:
         The processor sees the history as stored; system parts are dropped
         from what is sent afterwards.
         """
+        history = self._archived(self.history, own=False)
         if self.processor is not None:
             current = ModelRequest(parts=[UserPromptPart(self.request.prompt)])
-            outcome = await self._process([*self.history, current], request_index=1)
+            outcome = await self._process([*history, current], request_index=1)
             if outcome.rewritten:
-                self.history = list(outcome.messages[:-1])
+                history = list(outcome.messages[:-1])
+                self.history = self.expanded(history)
                 self.stale = True
-        return _without_system_parts(self.history)
+        return _without_system_parts(history)
+
+    def _archived(self, messages: list[ModelMessage], *, own: bool) -> list[ModelMessage]:
+        """`messages` with long tool loops archived into checkpoints (`history_archive=`).
+
+        The archives are remembered, so `expanded` can put the exact messages
+        back before anything is committed; a checkpoint of the call's own
+        messages carries the call's id, so it counts as one of them.
+        """
+        policy = self.adapter.history_archive
+        if policy is None:
+            return messages
+
+        def checkpoint(archive_id: str, text: str) -> ModelRequest:
+            return ModelRequest(
+                parts=[UserPromptPart(text)],
+                metadata={CHECKPOINT_KEY: archive_id},
+                run_id=self.call_id if own else None,
+            )
+
+        archived, archives = archive_exchanges(
+            messages, CLASSIFIER, policy, dump=self.adapter.dump_messages, make_checkpoint=checkpoint
+        )
+        self.archives.update(archives)
+        return archived
+
+    def expanded(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """`messages` with every checkpoint of this call replaced by the messages it archived."""
+        if not self.archives:
+            return list(messages)
+        return expand_checkpoints(messages, self.archives, checkpoint_of)
 
     async def follow_up(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """`ProcessHistory` hook: process the history before each request after the first."""
         self.requests += 1
         if self.requests == 1:  # kedi processed the first request before the run started
+            return messages
+        if self.adapter.history_archive is not None:
+            mine = len(messages) - sum(1 for message in messages if message.run_id == self.call_id)
+            messages = [
+                *self._archived(list(messages[:mine]), own=False),
+                *self._archived(list(messages[mine:]), own=True),
+            ]
+        if self.processor is None:
             return messages
         outcome = await self._process(messages, request_index=self.requests)
         if not outcome.rewritten:
@@ -579,7 +614,7 @@ class _Call:
         self.stale = True
         own = sum(1 for message in messages if message.run_id == self.call_id)
         # The call's own messages are protected, so they come back whole and last.
-        self.history = list(outcome.messages[: len(outcome.messages) - own])
+        self.history = self.expanded(outcome.messages[: len(outcome.messages) - own])
         return list(outcome.messages)
 
     async def _process(
@@ -606,7 +641,7 @@ class _Call:
         Pydantic AI's continuation digests cover the stamps a message had when
         it was sent, so `_as_sent` puts the call's id back for such models.
         """
-        ids = {_CALL_ID: self.call_id, _RUN_ID: self.run_id}
+        ids = {CALL_ID: self.call_id, RUN_ID: self.run_id}
         return [
             replace(message, run_id=self.run_id, metadata={**(message.metadata or {}), **ids})
             if message.run_id == self.call_id
@@ -617,12 +652,12 @@ class _Call:
     def capabilities(self) -> list[AbstractCapability[Any]] | None:
         """The per-run capabilities: the processor hook and the transcript, when wanted."""
         extra: list[AbstractCapability[Any]] = []
-        if self.processor is not None:
+        if self.processor is not None or self.adapter.history_archive is not None:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
             extra.append(_Transcript(self))
         if continues_responses(self.adapter._model):
-            extra.append(_FreshAfterEdit(self))
+            extra.append(FreshAfterEdit(self))
         return extra or None
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
@@ -708,65 +743,13 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*map(_as_stored, self.history), *self.stamped(done)],  # type: ignore[list-item]
+            messages=[*map(as_stored, self.history), *self.stamped(self.expanded(done))],  # type: ignore[list-item]
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
             run_id=self.run_id,
             conversation_id=self.conversation_id,
         )
-
-
-@dataclass
-class _FreshAfterEdit(AbstractCapability[Any]):
-    """Sends the full history, not `previous_response_id`, on the first request after an accepted edit.
-
-    The server's copy of an earlier response holds the history before the
-    edit, so continuing from it would bring removed messages back. Once a
-    response produced after the edit exists, continuing from it is safe again.
-    """
-
-    call: _Call
-
-    async def before_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
-        settings = request_context.model_settings
-        if not self.call.stale or not settings or "openai_previous_response_id" not in settings:
-            return request_context
-        fresh = {key: value for key, value in settings.items() if key != "openai_previous_response_id"}
-        return replace(request_context, model_settings=fresh)  # type: ignore[arg-type]
-
-    async def after_model_request(
-        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
-    ) -> ModelResponse:
-        self.call.stale = False
-        return response
-
-
-_CALL_ID = "kedi_call_id"
-_RUN_ID = "kedi_run_id"
-
-
-def _as_sent(message: ModelMessage) -> ModelMessage:
-    """`message` with the run id Pydantic AI stamped when it was sent (the kedi call's id)."""
-    call_id = (message.metadata or {}).get(_CALL_ID)
-    return message if call_id is None or message.run_id == call_id else replace(message, run_id=call_id)
-
-
-def _as_stored(message: ModelMessage) -> ModelMessage:
-    """`message` with the kedi run's id, as a lane keeps it (the inverse of `_as_sent`)."""
-    run_id = (message.metadata or {}).get(_RUN_ID)
-    return message if run_id is None or message.run_id == run_id else replace(message, run_id=run_id)
-
-
-def continues_responses(model: Model | None) -> bool:
-    """Whether `model` keeps server-side response state (Pydantic AI's `OpenAIResponsesModel`).
-
-    Read from the class names, so `pydantic_ai.models.openai` (and the openai
-    SDK) is not imported to ask.
-    """
-    return model is not None and any(cls.__name__ == "OpenAIResponsesModel" for cls in type(model).__mro__)
 
 
 def _tool_returns(message: ModelMessage) -> bool:
@@ -976,6 +959,8 @@ class _PydanticClassifier:
                 protected=tuple(reasons),
                 is_text_only=all(isinstance(part, TextPart) for part in message.parts),
             )
+        if checkpoint_of(message) is not None:
+            return MessageInfo("other", protected=(CHECKPOINT, *own))
         system = any(isinstance(part, SystemPromptPart) for part in message.parts)
         prompts = [part for part in message.parts if isinstance(part, UserPromptPart)]
         answers = tuple(

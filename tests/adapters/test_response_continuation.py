@@ -18,7 +18,7 @@ from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import kedi
-from kedi.adapters.pydantic_ai import _FreshAfterEdit, continues_responses
+from kedi.adapters._pydantic_state import FreshAfterEdit, continues_responses
 from kedi.agent_adapter import HistoryProcessorContext, PydanticAdapter
 from tests.adapters.openai_server import OpenAIServer, Reply
 
@@ -148,7 +148,7 @@ class FakeCall:
 
 async def test_the_first_request_after_an_edit_drops_previous_response_id_until_a_new_response() -> None:
     call = FakeCall()
-    guard = _FreshAfterEdit(call)  # type: ignore[arg-type]
+    guard = FreshAfterEdit(call)  # type: ignore[arg-type]
     context = FakeRequestContext()
     fresh: Any = await guard.before_model_request(None, context)  # type: ignore[arg-type]
     assert fresh.model_settings == {"temperature": 0}
