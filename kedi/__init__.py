@@ -45,6 +45,7 @@ from kedi.errors import (
     ProviderError,
     RateLimitError,
     ScriptExhaustedError,
+    StopRun,
     TurnAbandoned,
 )
 
@@ -71,7 +72,7 @@ if typing.TYPE_CHECKING:
     from kedi.runtime.calls import PromptEvent
     from kedi.runtime.config import configure, context, parallel, reset_config
     from kedi.runtime.embedding import bind, query
-    from kedi.runtime.program import Program, compile_program
+    from kedi.runtime.program import Program, RunResult, compile_program
     from kedi.runtime.program import compile_program as compile
     from kedi.runtime.tools import tool
     from kedi.syntax.parser import parse
@@ -107,6 +108,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "bind": ("kedi.runtime.embedding", "bind"),
     "query": ("kedi.runtime.embedding", "query"),
     "Program": ("kedi.runtime.program", "Program"),
+    "RunResult": ("kedi.runtime.program", "RunResult"),
     "compile_program": ("kedi.runtime.program", "compile_program"),
     # `kedi.compile(source, *, path=None) -> Program`: parse and check a program.
     "compile": ("kedi.runtime.program", "compile_program"),
@@ -174,8 +176,10 @@ __all__ = [
     "PromptEvent",
     "ProviderError",
     "RateLimitError",
+    "RunResult",
     "SanitizeReport",
     "ScriptExhaustedError",
+    "StopRun",
     "ThinkingBlock",
     "ToolCall",
     "TurnAbandoned",

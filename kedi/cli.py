@@ -10,6 +10,7 @@ backslash escape.
     kedi run FILE [OPTIONS] [PROGRAM_OPTIONS]     (also: kedi FILE ..., kedi -c SOURCE ...)
     kedi parse FILE | -c TEXT [--json]            (also: kedi -p FILE)
     kedi check FILE | -c TEXT
+    kedi chat [--model M] [--system TEXT] [--max-messages N]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat")
 EXIT_OUTPUT_FAILED = 74
 """The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
 _OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
@@ -94,6 +95,11 @@ def _output_failed(error: OSError) -> NoReturn:
     with contextlib.suppress(OSError):  # stderr may be broken too
         print(f"kedi: cannot write the output: {reason}", file=sys.stderr, flush=True)
     sys.exit(EXIT_OUTPUT_FAILED)
+
+
+def _stderr_text(text: str) -> None:
+    # `--stream` text goes to stderr, so stdout stays the program's result with or without it.
+    click.echo(text, nl=False, err=True)
 
 
 def _fail(error: KediError) -> NoReturn:
@@ -167,6 +173,7 @@ def main() -> None:
 @click.option("--transcript-full", is_flag=True, help="Write every message of every request (no references to earlier records).")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
+@click.option("--stream", is_flag=True, help="Show the reply text of text calls on stderr as it arrives.")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -178,6 +185,7 @@ def run(
     transcript_full: bool,
     parallel: str | None,
     quiet: bool,
+    stream: bool,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
@@ -200,9 +208,13 @@ def run(
             transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
             parallel=workers,
             quiet=quiet,
+            on_delta=_stderr_text if stream else None,
         )
     except KediError as error:
         _fail(error)
+    finally:
+        if stream:
+            click.echo(err=True)  # end the streamed text's line
     if result is not None:
         click.echo(render(result))
 
@@ -331,3 +343,34 @@ def expand(file: str) -> None:
         expand_transcript(file)
     except KediError as error:
         _fail(error)
+
+
+@main.command()
+@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter (offline, script, openai, pydantic, langchain).")
+@click.option("--model", "model", envvar="KEDI_MODEL", help="Model (e.g. offline, openai:gpt-4o-mini).")
+@click.option("--system", "system", metavar="TEXT", help="Instructions sent first in every request.")
+@click.option("--max-messages", type=click.IntRange(min=1), default=20, show_default=True, help="History kept (whole turns).")
+@click.option("--quiet", is_flag=True, help="Hide notices (never replies or errors).")
+def chat(adapter: str | None, model: str | None, system: str | None, max_messages: int, quiet: bool) -> None:
+    """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
+    from kedi.cli_chat import chat_loop
+
+    def write(text: str) -> None:
+        click.echo(text, nl=False)
+
+    try:
+        chat_loop(
+            read=sys.stdin,
+            write=write,
+            notice=lambda text: click.echo(text, err=True),
+            interactive=sys.stdin.isatty(),
+            max_messages=max_messages,
+            adapter=adapter,
+            model=model,
+            system=system,
+            quiet=quiet,
+        )
+    except KediError as error:
+        _fail(error)
+    except KeyboardInterrupt:
+        sys.exit(130)

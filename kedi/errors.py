@@ -19,6 +19,7 @@ The branches separate who has to act::
     │   ├── OutputValidationError      the model's structured output never validated
     │   ├── ScriptExhaustedError       a `script:` model ran out of replies
     │   ├── TurnAbandoned              not sent: an earlier call on its lane failed
+    │   ├── StopRun                    a tool stopped the run on purpose (tools raise it)
     │   └── ProviderError              a representable request failed operationally
     │       ├── AuthenticationError
     │       ├── ModelNotFoundError
@@ -343,6 +344,21 @@ class ScriptExhaustedError(AdapterError):
 
 class TurnAbandoned(AdapterError):
     """A scheduled call was not sent because an earlier call on its lane failed."""
+
+
+class StopRun(AdapterError):
+    """Raised by a tool to stop the run deliberately (golem's canceled stage).
+
+    A tool raises `kedi.StopRun(reason)`. The adapter keeps the results of the
+    batch recorded before the stop, closes every unanswered call of the batch
+    with the interrupted result (stamped), and raises a `StopRun` whose
+    `partial` (stage `canceled`) resumes with no repair. `reason` is the
+    tool's text.
+    """
+
+    def __init__(self, reason: str = "", *, partial: Any = None, message: str | None = None) -> None:
+        super().__init__(message if message is not None else (reason or "a tool stopped the run"), partial=partial)
+        self.reason = reason
 
 
 class ProviderError(AdapterError):

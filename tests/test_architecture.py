@@ -133,9 +133,12 @@ LAYERS = (
         ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.runtime"),
         ("kedi.adapters", "kedi.adapters.base", "kedi.adapters.resources"),
     ),
+    # The documented adapter names: the adapters package and the processor context.
+    Layer("kedi.agent_adapter", ("kedi.adapters", "kedi.history")),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
     Layer("kedi.cli_transcript", _ANYTHING),
+    Layer("kedi.cli_chat", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),

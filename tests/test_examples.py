@@ -79,3 +79,18 @@ def test_readme_command_runs_hello_from_the_cli() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     assert "offline model" in proc.stderr
+
+
+def test_the_history_processor_example_drops_old_cycles_and_keeps_the_tool_loop() -> None:
+    script = ROOT / "examples" / "history_processor.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    lines = run.stdout.splitlines()
+    assert lines.count("  answer: lichens: answered from 2 lookups") == 1
+    third = lines[lines.index("question 'lichens'") :]
+    assert third[2].startswith("    before: user:tides call:lookup(tides#1)")
+    assert third[3] == (
+        "    after:  user:comets call:lookup(comets#1) result:comets-1 call:lookup(comets#2) result:comets-2"
+        " text user:lichens"
+    )
+    # The tool loop in progress always goes out whole.
+    assert third[-2].endswith("user:lichens call:lookup(lichens#1) result:lichens-1 call:lookup(lichens#2) result:lichens-2")

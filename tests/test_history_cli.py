@@ -44,7 +44,8 @@ def test_history_on_versus_off(tmp_path: Path) -> None:
     assert roles(on[1]) == ["user", "assistant", "user"]
     assert contents(on[1])[0] == "Remember [name]."
     assert json.loads(contents(on[1])[1]) == {"name": "Atlas"}
-    assert on[0]["history"] is True and on[0]["run_id"] != on[1]["run_id"]
+    assert on[0]["history"] is True and on[0]["run_id"] == on[1]["run_id"]
+    assert on[0]["call_id"] != on[1]["call_id"]
     assert on[0]["conversation_id"] == on[1]["conversation_id"]
     _, off = run_program(tmp_path, body, replies)
     assert [roles(r) for r in off] == [["user"], ["user"]]

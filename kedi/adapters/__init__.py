@@ -32,7 +32,13 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "ADAPTERS",
+    "LangChainAdapter",
+    "OfflineAdapter",
+    "OpenAIAdapter",
+    "PydanticAdapter",
+    "ScriptAdapter",
     "create_adapter",
+    "model_framework",
 ]
 
 ADAPTERS: dict[str, str] = {
@@ -62,12 +68,28 @@ def adapter_class(shortname: str) -> type[Adapter]:
     return cls
 
 
-def create_adapter(adapter: str | None, model: str | None) -> Adapter:
-    """Build an adapter for an (adapter, model) pair of names.
+def create_adapter(adapter: Any, model: Any) -> Adapter:
+    """Build an adapter for an (adapter, model) pair.
 
-    `offline` and `script:PATH` models select their offline adapters whatever
-    the adapter name; with neither name the offline model is used.
+    `adapter` is a short name, an `Adapter` instance or None; `model` a name,
+    a model object (a Pydantic AI `Model`, a LangChain `BaseChatModel`) or
+    None. An instance built without a model takes `model` (`Adapter.with_model`);
+    a model object with no adapter selects its framework's adapter. `offline`
+    and `script:PATH` models select their offline adapters whatever the
+    adapter name; with neither name the offline model is used.
     """
+    if isinstance(adapter, Adapter):
+        return adapter.with_model(model)
+    if model is not None and not isinstance(model, str):
+        framework = model_framework(model)
+        if framework is None:
+            raise KediConfigError(
+                f"model must be a name, a Pydantic AI Model or a LangChain chat model, not {type(model).__name__}"
+            )
+        if adapter is not None and adapter != framework:
+            raise KediConfigError(f"a {framework} model object cannot run on adapter {adapter!r}")
+        framework_adapter: Any = adapter_class(framework)
+        return framework_adapter(model)  # type: ignore[no-any-return]
     if model is not None and model.startswith("script:"):
         return adapter_class("script")(model[len("script:") :])
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):
@@ -75,6 +97,42 @@ def create_adapter(adapter: str | None, model: str | None) -> Adapter:
         return cls() if model in (None, "offline") else cls(model)
     name = adapter or DEFAULT_ADAPTER
     return adapter_class(name)(model)
+
+
+_FRAMEWORK_BASES = {
+    ("pydantic_ai.models", "Model"): "pydantic",
+    ("langchain_core.language_models.chat_models", "BaseChatModel"): "langchain",
+}
+
+
+def model_framework(model: object) -> str | None:
+    """The adapter short name for a model object (`pydantic`, `langchain`), else None.
+
+    Read from the class hierarchy's module names, so no framework is imported
+    to ask: a model object's framework is already loaded.
+    """
+    for cls in type(model).__mro__:
+        found = _FRAMEWORK_BASES.get((cls.__module__, cls.__qualname__))
+        if found is not None:
+            return found
+    return None
+
+
+_CLASSES = {
+    "OfflineAdapter": "offline",
+    "ScriptAdapter": "script",
+    "OpenAIAdapter": "openai",
+    "PydanticAdapter": "pydantic",
+    "LangChainAdapter": "langchain",
+}
+"""Adapter classes this package exports, imported on first access (PEP 562)."""
+
+
+def __getattr__(name: str) -> Any:
+    shortname = _CLASSES.get(name)
+    if shortname is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return adapter_class(shortname)
 
 
 # The history layer finds adapters by name through this registration, so it

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from pydantic_core import to_json
@@ -40,7 +40,7 @@ from kedi.adapters.base import (
     ToolSpec,
     Usage,
 )
-from kedi.errors import HistoryProcessingValidationError
+from kedi.errors import HistoryProcessingValidationError, StopRun
 from kedi.history import (
     Message,
     PartialResult,
@@ -52,6 +52,7 @@ from kedi.history import (
     wire_tool_arguments,
 )
 from kedi.history.grouping import PORTABLE
+from kedi.history.messages import interrupted_result
 from kedi.history.partial import PartialStage
 from kedi.history.processors import chain_processors, run_history_processor
 
@@ -204,8 +205,11 @@ class PortableTurn:
         a `failed` result, as does a call to a tool the request does not offer.
         """
         tools = {tool.name: tool for tool in self.request.tools}
-        for call in calls:
-            content, ok = await _run_tool(tools, call)
+        for index, call in enumerate(calls):
+            try:
+                content, ok = await _run_tool(tools, call)
+            except StopRun as stop:
+                self.stop(stop, calls[index:])
             self.usage += Usage(tool_calls=int(ok))
             self.add(
                 self.stamp(
@@ -218,6 +222,17 @@ class PortableTurn:
             )
 
 
+    def stop(self, stop: StopRun, unanswered: Sequence[ToolCall]) -> NoReturn:
+        """A tool stopped the run: close the unanswered calls (stamped) and fail with the partial."""
+        for call in unanswered:
+            self.add(interrupted_result(call, run_id=self.run_id, conversation_id=self.conversation_id))
+        raise StopRun(
+            stop.reason,
+            message=f"tool {unanswered[0].name!r} stopped the run{at_origin(self.request)}: {stop.reason or 'no reason given'}",
+            partial=self.partial("canceled"),
+        ) from stop
+
+
 async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> tuple[str, bool]:
     """Run one call; return the result text and whether it succeeded."""
     tool = tools.get(call.name)
@@ -226,6 +241,8 @@ async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> tuple[str,
         return f"unknown tool {call.name!r}; available tools: {offered}", False
     try:
         result = await tool.handler(wire_tool_arguments(call.args))
+    except StopRun:
+        raise
     except Exception as error:  # any tool failure is reported to the model, not raised
         return str(error) or type(error).__name__, False
     return tool_result_text(result), True

@@ -114,8 +114,9 @@ class StreamAccumulator:
     choices: int = 0
     """How many chunks carried the (first) choice."""
 
-    def feed(self, chunk: dict[str, Any]) -> None:
-        """Fold one decoded `chat.completion.chunk` into the message."""
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Fold one decoded `chat.completion.chunk` into the message; return its new text."""
+        text = ""
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -132,12 +133,14 @@ class StreamAccumulator:
                 continue
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
+                text += delta["content"]
             if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
             pieces = delta.get("tool_calls")
             for piece in pieces if isinstance(pieces, list) else ():
                 if isinstance(piece, dict):
                     self._feed_tool_call(piece)
+        return text
 
     def _feed_tool_call(self, piece: dict[str, Any]) -> None:
         index = piece.get("index", len(self.tool_calls))

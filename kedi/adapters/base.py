@@ -121,7 +121,10 @@ class CallRequest:
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     model: str | None = None
     run_id: str = ""
+    """The run's id: stamped on every message the call adds (shared by a run's calls)."""
     conversation_id: str = ""
+    call_id: str = ""
+    """This call's own id (fresh per call); adapters may use it to tell its messages apart."""
     cache_key: str | None = None
     """The lane's opaque cache identity (usable as a provider prompt-cache key)."""
     cache_epoch: int = 0
@@ -130,6 +133,8 @@ class CallRequest:
     """Where the call is in the source (`flow.kedi:12`), for error messages."""
     on_exchange: Callable[[Exchange], None] | None = None
     """Transcript sink: called once per model request."""
+    on_delta: Callable[[str], None] | None = None
+    """Streaming sink of a text call: each piece of reply text as it arrives (adapters that stream)."""
 
 
 build_request = constructor(CallRequest)
@@ -246,6 +251,15 @@ class Adapter(ABC):
             )
         if request.tools and not self.profile.tools:
             raise CapabilityError(f"adapter {self.shortname!r} does not support tools")
+
+    def with_model(self, model: Any) -> Adapter:
+        """This adapter bound to `model` (a name or a model object), if it was built without one.
+
+        An adapter that already has a model keeps it and returns itself: a
+        program's `> model:` or `run(model=...)` chooses the model only for
+        adapters configured without one (`PydanticAdapter(history_processor=f)`).
+        """
+        return self
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize native messages to JSON-compatible data (for persistence)."""

@@ -42,7 +42,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
 
@@ -69,9 +69,17 @@ from kedi.errors import (
     KediUsageError,
     OutputValidationError,
     ProviderError,
+    StopRun,
 )
-from kedi.history import PartialResult, wire_tool_arguments
-from kedi.history.grouping import CALL_IN_PROGRESS, SIGNED_THINKING, SYSTEM, MessageInfo
+from kedi.history import INTERRUPTED_RESULT, PartialResult, wire_tool_arguments
+from kedi.history.archive import (
+    CHECKPOINT_PREFIX,
+    HistoryArchive,
+    archive_exchanges,
+    archive_policy,
+    expand_checkpoints,
+)
+from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     chain_processors,
@@ -82,6 +90,7 @@ try:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
+        AIMessageChunk,
         BaseMessage,
         HumanMessage,
         SystemMessage,
@@ -89,12 +98,12 @@ try:
         messages_from_dict,
         messages_to_dict,
     )
-    from langchain_core.messages.utils import count_tokens_approximately
+    from langchain_core.messages.utils import count_tokens_approximately, message_chunk_to_message
     from langchain_core.runnables import Runnable
 except ImportError as error:  # pragma: no cover - exercised by a test that hides langchain_core
     raise ExtraNotInstalledError("langchain-core", "langchain") from error
 
-__all__ = ["CLASSIFIER", "LangChainAdapter"]
+__all__ = ["CLASSIFIER", "LangChainAdapter", "chat_model_from_name"]
 
 _FIELD_SETTINGS = (
     "temperature",
@@ -122,7 +131,7 @@ class LangChainAdapter(Adapter):
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,
-        streaming=False,
+        streaming=True,
         history=True,
         offline=False,
         message_format="langchain",
@@ -131,23 +140,35 @@ class LangChainAdapter(Adapter):
 
     def __init__(
         self,
-        chat_model: BaseChatModel,
+        chat_model: BaseChatModel | str | None = None,
         *,
         history_processor: Callable[..., Any] | None = None,
+        history_archive: HistoryArchive | int | None = None,
         max_rounds: int = 10,
         output_retries: int = 2,
     ) -> None:
-        """Wrap `chat_model`; raises `KediConfigError` on a bad argument."""
-        if not isinstance(chat_model, BaseChatModel):
+        """Wrap `chat_model` (a chat model object, a model name, or None to take the program's).
+
+        A name goes through `chat_model_from_name` (LangChain's
+        `init_chat_model`). Raises `KediConfigError` on a bad argument.
+        """
+        if isinstance(chat_model, str):
+            chat_model = chat_model_from_name(chat_model)
+        if chat_model is not None and not isinstance(chat_model, BaseChatModel):
             raise KediConfigError(
-                "the langchain adapter needs a LangChain chat model object, not "
-                f"{type(chat_model).__name__}; build one in Python and pass it, e.g. "
-                "run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
+                "the langchain adapter needs a LangChain chat model object or a model name, not "
+                f"{type(chat_model).__name__}; e.g. run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
             )
         self.chat_model = chat_model
         self.history_processor = history_processor
+        self.history_archive = archive_policy(history_archive)
         self.max_rounds = count("max_rounds", max_rounds, 1)
         self.output_retries = count("output_retries", output_retries, 0)
+        self._bound: dict[Any, LangChainAdapter] = {}
+        self.model_name = ""
+        self.supports_tools = self.supports_structured = False
+        if chat_model is None:
+            return
         self.model_name = _model_name(chat_model)
         kind = type(chat_model)
         # The base class implements neither; with_structured_output falls back on bind_tools.
@@ -155,6 +176,25 @@ class LangChainAdapter(Adapter):
         self.supports_structured = self.supports_tools or (
             kind.with_structured_output is not BaseChatModel.with_structured_output
         )
+
+    def with_model(self, model: Any) -> LangChainAdapter:
+        """A copy with this adapter's options on `model` when it has none (see `Adapter.with_model`).
+
+        A name is resolved with `chat_model_from_name`; copies are kept per model.
+        """
+        if self.chat_model is not None or model is None:
+            return self
+        key = model if isinstance(model, str) else id(model)
+        bound = self._bound.get(key)
+        if bound is None or (not isinstance(model, str) and bound.chat_model is not model):
+            bound = self._bound[key] = LangChainAdapter(
+                model,
+                history_processor=self.history_processor,
+                history_archive=self.history_archive,
+                max_rounds=self.max_rounds,
+                output_retries=self.output_retries,
+            )
+        return bound
 
     def __repr__(self) -> str:
         """`LangChainAdapter('<model name>')`."""
@@ -166,7 +206,7 @@ class LangChainAdapter(Adapter):
         return {
             "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
-            "streaming": "no",
+            "streaming": "yes: text calls stream to on_delta (astream)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings))
@@ -176,6 +216,11 @@ class LangChainAdapter(Adapter):
     def check(self, request: CallRequest) -> None:
         """Raise `CapabilityError` before any I/O if the chat model cannot serve the request."""
         super().check(request)
+        if self.chat_model is None:
+            raise KediConfigError(
+                "the langchain adapter has no chat model; name one (`> model: openai:gpt-4o-mini`) "
+                "or pass a LangChain chat model to LangChainAdapter(...)"
+            )
         name = type(self.chat_model).__name__
         if request.tools and not self.supports_tools:
             raise CapabilityError(
@@ -226,6 +271,27 @@ def _require_asyncio() -> None:
         ) from None
 
 
+def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
+    """A LangChain chat model for `provider:model` (or a bare model name), via `init_chat_model`.
+
+    `init_chat_model` lives in the `langchain` package and needs the
+    provider's integration package (`langchain-openai`, ...); a missing one is
+    a `KediConfigError` naming what to install.
+    """
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise KediConfigError(
+            f"LangChain model {name!r} is named, so kedi needs LangChain's init_chat_model: "
+            'pip install "langchain>=1,<2" (or pass a chat model object instead of a name)'
+        ) from None
+    try:
+        model: BaseChatModel = init_chat_model(name, **settings)
+    except Exception as error:  # init_chat_model raises the provider SDK's own errors
+        raise KediConfigError(f"LangChain cannot build chat model {name!r}: {error}") from None
+    return model
+
+
 def _model_name(chat_model: BaseChatModel) -> str:
     for attribute in ("model_name", "model", "model_id"):
         value = getattr(chat_model, attribute, None)
@@ -249,6 +315,37 @@ def _configured(chat_model: BaseChatModel, settings: Any) -> BaseChatModel:
     elif effort is not None and "reasoning" in fields:
         update["reasoning"] = {"effort": effort}
     return chat_model.model_copy(update=update) if update else chat_model
+
+
+async def _streamed(
+    runnable: Runnable[Any, Any], sent: Sequence[BaseMessage], on_delta: Callable[[str], None]
+) -> AIMessage:
+    """`runnable.astream(sent)`: each chunk's text goes to `on_delta`; the chunks add up to the reply."""
+    total: AIMessageChunk | None = None
+    async for chunk in runnable.astream(sent):
+        if not isinstance(chunk, AIMessageChunk):
+            raise TypeError(f"the chat model streamed {type(chunk).__name__}, not AIMessageChunk")
+        text = chunk.text
+        if text:
+            on_delta(str(text))
+        total = chunk if total is None else total + chunk
+    if total is None:
+        raise ValueError("the chat model streamed no reply")
+    message = message_chunk_to_message(total)
+    assert isinstance(message, AIMessage)
+    return message
+
+
+def _checkpoint(archive_id: str, text: str) -> HumanMessage:
+    """A checkpoint: a `HumanMessage` whose `id` names the archive (ids are never sent)."""
+    return HumanMessage(text, id=f"{CHECKPOINT_PREFIX}{archive_id}")
+
+
+def _checkpoint_id(message: BaseMessage) -> str | None:
+    """The archive a checkpoint names, or None for any other message."""
+    if isinstance(message, HumanMessage) and (message.id or "").startswith(CHECKPOINT_PREFIX):
+        return (message.id or "")[len(CHECKPOINT_PREFIX) :]
+    return None
 
 
 def _function(name: str, description: str, parameters: JSONDict) -> JSONDict:
@@ -304,6 +401,7 @@ class _Turn:
         )
 
     def _runnable(self) -> Runnable[Any, Any]:
+        assert self.adapter.chat_model is not None  # `check` refuses an adapter without one
         model = _configured(self.adapter.chat_model, self.request.settings)
         spec = self.request.output
         tools = [
@@ -343,7 +441,10 @@ class _Turn:
         sent = [SystemMessage(instructions)] if instructions else []
         sent += [message for message in messages if not isinstance(message, SystemMessage)]
         try:
-            answer = await runnable.ainvoke(sent)
+            if self.request.on_delta is not None and self.request.output is None:
+                answer = await _streamed(runnable, sent, self.request.on_delta)
+            else:
+                answer = await runnable.ainvoke(sent)
         except Exception as error:  # the chat model's own errors, mapped at this one boundary
             raise _provider_error(error, self.where, self.partial("model")) from error
         reply = answer["raw"] if isinstance(answer, dict) else answer
@@ -358,13 +459,14 @@ class _Turn:
 
     async def _processed(self) -> list[BaseMessage]:
         """History and turn, through the history processor if there is one."""
-        messages = [*self.history, *self.turn]
+        history, turn, archives = self._archived()
+        messages = [*history, *turn]
         if self.processor is None:
             return messages
         outcome = await run_history_processor(
             self.processor,
             messages,
-            _LangChainClassifier(frozenset(map(id, self.turn))),
+            _LangChainClassifier(frozenset(map(id, turn))),
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=self.usage.requests + 1,
@@ -374,16 +476,28 @@ class _Turn:
         if not outcome.rewritten:
             return messages
         kept = list(outcome.messages)
-        prior, tail = kept[: len(kept) - len(self.turn)], kept[len(kept) - len(self.turn) :]
-        if len(tail) != len(self.turn) or any(
-            a is not b for a, b in zip(tail, self.turn, strict=True)
-        ):
+        prior, tail = kept[: len(kept) - len(turn)], kept[len(kept) - len(turn) :]
+        if len(tail) != len(turn) or any(a is not b for a, b in zip(tail, turn, strict=True)):
             raise HistoryProcessingValidationError(
                 "a history processor must return the messages of the call in progress unchanged, at the end"
             )
-        self.history = prior
+        # The lane keeps archived exchanges verbatim: checkpoints are for requests only.
+        self.history = expand_checkpoints(prior, archives, _checkpoint_id)
         self.rewrites += 1
         return kept
+
+    def _archived(self) -> tuple[list[BaseMessage], list[BaseMessage], dict[str, list[Any]]]:
+        """History and turn as the next request sends them: long tool loops archived."""
+        policy = self.adapter.history_archive
+        if policy is None:
+            return self.history, self.turn, {}
+        history, archives = archive_exchanges(
+            self.history, CLASSIFIER, policy, dump=messages_to_dict, make_checkpoint=_checkpoint
+        )
+        turn, own = archive_exchanges(
+            self.turn, CLASSIFIER, policy, dump=messages_to_dict, make_checkpoint=_checkpoint
+        )
+        return history, turn, {**archives, **own}
 
     def _record(self, sent: list[BaseMessage], reply: AIMessage) -> None:
         sink = self.request.on_exchange
@@ -404,7 +518,7 @@ class _Turn:
     async def _run_tools(self, reply: AIMessage, *, skip: str | None) -> None:
         """Answer every call of `reply` (but the output call `skip`) with one `ToolMessage`."""
         handlers = {tool.name: tool.handler for tool in self.request.tools}
-        for call in reply.tool_calls:
+        for index, call in enumerate(reply.tool_calls):
             if call["name"] == skip:
                 continue
             handler = handlers.get(call["name"])
@@ -416,6 +530,8 @@ class _Turn:
                 continue
             try:
                 result = await handler(call["args"])
+            except StopRun as stop:
+                self._stop(stop, reply, index)
             # Any tool failure goes back to the model, as on every adapter.
             except Exception as error:
                 self._answer(call, str(error) or type(error).__name__, failed=True)
@@ -429,6 +545,20 @@ class _Turn:
                     f"the arguments are not valid JSON: {invalid.get('error') or invalid.get('args')}",
                     failed=True,
                 )
+
+    def _stop(self, stop: StopRun, reply: AIMessage, index: int) -> NoReturn:
+        """A tool stopped the run: close every unanswered call of `reply`, fail with the partial."""
+        unanswered = [*reply.tool_calls[index:], *reply.invalid_tool_calls]
+        for call in unanswered:
+            self.turn.append(
+                ToolMessage(INTERRUPTED_RESULT, tool_call_id=call.get("id") or "", name=call.get("name"))
+            )
+        raise StopRun(
+            stop.reason,
+            message=f"tool {unanswered[0].get('name')!r} stopped the run in {self.where}: "
+            f"{stop.reason or 'no reason given'}",
+            partial=self.partial("canceled"),
+        ) from stop
 
     def _answer(self, call: Any, content: str, *, failed: bool) -> None:
         self.turn.append(
@@ -598,8 +728,10 @@ class _LangChainClassifier:
         return isinstance(obj, BaseMessage)
 
     def info(self, message: BaseMessage) -> MessageInfo:
-        """Classify one message by its LangChain type."""
+        """Classify one message by its LangChain type (a kedi checkpoint is `other`, protected)."""
         own = (CALL_IN_PROGRESS,) if id(message) in self.in_progress else ()
+        if _checkpoint_id(message) is not None:
+            return MessageInfo("other", protected=(CHECKPOINT, *own))
         if isinstance(message, SystemMessage):
             return MessageInfo("system", protected=(SYSTEM, *own), is_text_only=_is_text(message))
         if isinstance(message, HumanMessage):

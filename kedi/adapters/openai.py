@@ -54,6 +54,7 @@ import json
 import os
 import random
 import ssl
+from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from functools import cache
@@ -261,7 +262,7 @@ class OpenAIAdapter(Adapter):
             call.set_instructions()
             await turn.process(self)
             try:
-                reply = await self._send(client, self._body(call), call.options)
+                reply = await self._send(client, self._body(call), call.options, call.request.on_delta)
             except ProviderError as error:
                 if self._step_down(call, error):
                     continue
@@ -297,7 +298,7 @@ class OpenAIAdapter(Adapter):
         if plan is not None and plan.mode == "json_schema":
             body["response_format"] = response_format(plan.spec.name, *plan.schema())
         body.update(options.params)
-        if self.stream:
+        if self.stream or request.on_delta is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         body.update(options.extra_body)
@@ -312,7 +313,11 @@ class OpenAIAdapter(Adapter):
         return httpx.AsyncClient(verify=_ssl_context())
 
     async def _send(
-        self, client: httpx.AsyncClient, body: JSONDict, options: CallOptions
+        self,
+        client: httpx.AsyncClient,
+        body: JSONDict,
+        options: CallOptions,
+        on_delta: Callable[[str], None] | None = None,
     ) -> _Reply:
         """POST one request, retrying transient failures; raise a mapped `ProviderError`."""
         headers = httpx.Headers(options.headers)
@@ -321,7 +326,7 @@ class OpenAIAdapter(Adapter):
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options)
+                return await self._attempt(client, body, headers, options, on_delta)
             except _Retry as retry:
                 if attempt >= options.max_retries:
                     raise retry.error from None
@@ -329,7 +334,12 @@ class OpenAIAdapter(Adapter):
                 attempt += 1
 
     async def _attempt(
-        self, client: httpx.AsyncClient, body: JSONDict, headers: httpx.Headers, options: CallOptions
+        self,
+        client: httpx.AsyncClient,
+        body: JSONDict,
+        headers: httpx.Headers,
+        options: CallOptions,
+        on_delta: Callable[[str], None] | None,
     ) -> _Reply:
         """One request, complete or an error: every failure comes out as a `ProviderError`."""
         url = f"{self.base_url}/chat/completions"
@@ -345,8 +355,8 @@ class OpenAIAdapter(Adapter):
                     if response.is_error:
                         raise self._http_error(response, await reader.read())
                     self._check_length(response, options.max_reply_bytes)
-                    if self.stream:
-                        return await self._read_stream(reader)
+                    if body.get("stream"):
+                        return await self._read_stream(reader, on_delta)
                     return self._read_completion(await reader.read(), reader.received)
         except (TimeoutError, httpx.TimeoutException):  # the whole attempt's, or one read's
             message = f"the request to {url} timed out after {timeout:g} s"
@@ -393,7 +403,7 @@ class OpenAIAdapter(Adapter):
             raise self._malformed("a chat completion") from None
         return _Reply(message, reply_usage(data.get("usage")))
 
-    async def _read_stream(self, reader: BodyReader) -> _Reply:
+    async def _read_stream(self, reader: BodyReader, on_delta: Callable[[str], None] | None) -> _Reply:
         stream = StreamAccumulator()
         done = False
         # `aclosing`: leaving early (an error event) must close the generator here, not at GC.
@@ -411,7 +421,9 @@ class OpenAIAdapter(Adapter):
                 if chunk.get("error"):
                     detail = self._scrub(error_fields(chunk)[1])
                     raise ProviderError(f"{self.base_url} failed during the stream: {detail}")
-                stream.feed(chunk)
+                text = stream.feed(chunk)
+                if text and on_delta is not None:
+                    on_delta(text)
         if stream.finish_reason is None and not (done and stream.choices):
             why = "the stream ended without a finish reason" if stream.choices else "the stream held no reply"
             raise _Retry(ProviderError(self._cut_off(reader.received, why), retryable=True))

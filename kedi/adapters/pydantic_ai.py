@@ -78,8 +78,21 @@ from kedi.errors import (
     OutputValidationError,
     ProviderError,
     RateLimitError,
+    StopRun,
 )
-from kedi.history import PartialResult, resolve_conversation_id, resolve_run_id
+from kedi.history import (
+    INTERRUPTED_RESULT,
+    PartialResult,
+    new_id,
+    resolve_conversation_id,
+    resolve_run_id,
+)
+from kedi.history.archive import (
+    HistoryArchive,
+    archive_exchanges,
+    archive_policy,
+    expand_checkpoints,
+)
 from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
@@ -115,6 +128,20 @@ try:
 except ImportError as error:  # pragma: no cover - exercised by a test that hides pydantic_ai
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
 
+# Imports Pydantic AI itself: only once the guard above has passed.
+from kedi.adapters._pydantic_state import (  # noqa: E402
+    CALL_ID,
+    RUN_ID,
+    FreshAfterEdit,
+    as_sent,
+    as_stored,
+    can_stream,
+    checkpoint_of,
+    continues_responses,
+    text_deltas,
+)
+from kedi.adapters._pydantic_state import CHECKPOINT as CHECKPOINT_KEY  # noqa: E402
+
 __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
 OutputMode = Literal["auto", "tool", "native", "prompted"]
@@ -139,7 +166,9 @@ _MODEL_SETTINGS = frozenset(
     }
 )
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
-_KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
+_KEDI_SETTINGS = frozenset(
+    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id"}
+)
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
 
@@ -155,7 +184,7 @@ class PydanticAdapter(Adapter):
     profile: ClassVar[AdapterProfile] = AdapterProfile(
         structured_output=True,
         tools=True,
-        streaming=False,
+        streaming=True,
         history=True,
         offline=False,
         message_format="pydantic-ai",
@@ -167,6 +196,7 @@ class PydanticAdapter(Adapter):
         model: str | Model | None = None,
         *,
         history_processor: Callable[..., Any] | None = None,
+        history_archive: HistoryArchive | int | None = None,
         output_mode: OutputMode = "auto",
         capabilities: Sequence[AbstractCapability[Any]] = (),
     ) -> None:
@@ -176,11 +206,12 @@ class PydanticAdapter(Adapter):
                 f"unknown output_mode {output_mode!r}; expected one of {', '.join(get_args(OutputMode))}"
             )
         self.history_processor = history_processor
+        self.history_archive = archive_policy(history_archive)
         self.capabilities = tuple(capabilities)
         if history_processor is not None:
             reject_process_history(self.capabilities)
         self._model = _resolve_model(model)
-        self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
+        self.model_name = model if isinstance(model, str) else _model_id(self._model)
         self.output_mode = (
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
         )
@@ -188,6 +219,28 @@ class PydanticAdapter(Adapter):
             tuple[tuple[tuple[str, str, str], ...], type[Any] | None],
             Agent[Mapping[str, ToolHandler], Any],
         ] = {}
+        self._bound: dict[Any, PydanticAdapter] = {}
+        self._requested_mode: OutputMode = output_mode
+
+    def with_model(self, model: Any) -> PydanticAdapter:
+        """A copy with this adapter's options on `model` when it has none (see `Adapter.with_model`).
+
+        Copies are kept per model, so every run of a program on one model
+        shares one adapter (and its cached agents).
+        """
+        if self._model is not None or model is None:
+            return self
+        key = model if isinstance(model, str) else id(model)
+        bound = self._bound.get(key)
+        if bound is None or (not isinstance(model, str) and bound._model is not model):
+            bound = self._bound[key] = PydanticAdapter(
+                model,
+                history_processor=self.history_processor,
+                history_archive=self.history_archive,
+                output_mode=self._requested_mode,
+                capabilities=self.capabilities,
+            )
+        return bound
 
     def __repr__(self) -> str:
         """`PydanticAdapter('<model>', output_mode='<mode>')`."""
@@ -199,7 +252,7 @@ class PydanticAdapter(Adapter):
         return {
             "structured output": "tool, native, prompted (auto: native where the model profile allows)",
             "tools": "yes (Tool.from_schema; failures go back to the model)",
-            "streaming": "no",
+            "streaming": "yes: text calls stream to on_delta (event_stream_handler)",
             "history": "yes: Pydantic AI ModelMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings)),
@@ -228,6 +281,9 @@ class PydanticAdapter(Adapter):
         options = _run_options(request.settings, self._model)
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
+        if continues_responses(self._model):
+            history = [as_sent(message) for message in history]
+        streams = request.on_delta is not None and can_stream(self._model)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output).run(
                 request.prompt,
@@ -237,16 +293,19 @@ class PydanticAdapter(Adapter):
                 usage_limits=options.usage_limits,
                 retries=options.retries,
                 deps={tool.name: tool.handler for tool in request.tools},
-                run_id=call.run_id,
+                run_id=call.call_id,
                 conversation_id=call.conversation_id,
                 capabilities=call.capabilities(),
+                event_stream_handler=text_deltas(request.on_delta) if streams else None,
             )
+        if request.on_delta is not None and not streams:
+            request.on_delta(result.output)  # a model that cannot stream: the text in one piece
         usage = result.usage
         return CallResult(
             value=_value(request, result.output),
-            new_messages=tuple(_without_instructions(result.new_messages())),
+            new_messages=tuple(call.stamped(call.expanded(result.new_messages()))),
             usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
-            rewritten_history=tuple(call.history) if call.rewrites else None,
+            rewritten_history=tuple(map(as_stored, call.history)) if call.rewrites else None,
             rewrites=call.rewrites,
         )
 
@@ -311,6 +370,13 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
 
 
+def _model_id(model: Model | None) -> str:
+    """The id of a model object: `provider:name` where Pydantic AI knows both."""
+    if model is None:
+        return ""
+    return str(getattr(model, "model_id", "") or model.model_name)
+
+
 def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
     """The structured-output mode for `model` (see the module docs for `auto`)."""
     profile = model.profile
@@ -353,6 +419,8 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
     async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
         try:
             result = await ctx.deps[name](arguments)
+        except StopRun:
+            raise  # a deliberate stop ends the run (see `_Call.stopped`)
         except Exception as error:  # reported to the model as a failed result, as on every adapter
             raise ToolFailed(str(error) or type(error).__name__) from error
         return tool_result_text(result)
@@ -377,6 +445,11 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
         for key, value in settings.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
+    if continues_responses(model):
+        # Response-ID continuation (docs/adapters.md): on by default; `false` or null turns it off.
+        continuation = settings.get("openai_previous_response_id", "auto")
+        if continuation not in (None, False):
+            chosen["openai_previous_response_id"] = continuation
     stop = settings.get("stop")
     if (
         stop is not None
@@ -454,15 +527,23 @@ class _Call:
     request: CallRequest
     processor: Callable[..., Any] | None
     run_id: str = ""
+    """The kedi run's id, stamped on the messages the call adds."""
+    call_id: str = ""
+    """The call's own id: Pydantic AI's `run_id` while the call runs, which tells its messages apart."""
     conversation_id: str = ""
     history: list[ModelMessage] = field(default_factory=list)
     """The prior history the run is working from (after any accepted processor edit)."""
     requests: int = 0
     """Model requests started so far (the processor's `request_index`)."""
     rewrites: int = 0
+    stale: bool = False
+    """An accepted edit since the last response: the next request may not continue server-side state."""
+    archives: dict[str, list[ModelMessage]] = field(default_factory=dict)
+    """Archive id -> the exact messages a checkpoint of this call stands for."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
+        self.call_id = self.request.call_id or new_id()
         self.conversation_id = resolve_conversation_id(
             self.request.conversation_id, self.request.history
         )
@@ -474,24 +555,66 @@ class _Call:
         The processor sees the history as stored; system parts are dropped
         from what is sent afterwards.
         """
+        history = self._archived(self.history, own=False)
         if self.processor is not None:
             current = ModelRequest(parts=[UserPromptPart(self.request.prompt)])
-            outcome = await self._process([*self.history, current], request_index=1)
+            outcome = await self._process([*history, current], request_index=1)
             if outcome.rewritten:
-                self.history = list(outcome.messages[:-1])
-        return _without_system_parts(self.history)
+                history = list(outcome.messages[:-1])
+                self.history = self.expanded(history)
+                self.stale = True
+        return _without_system_parts(history)
+
+    def _archived(self, messages: list[ModelMessage], *, own: bool) -> list[ModelMessage]:
+        """`messages` with long tool loops archived into checkpoints (`history_archive=`).
+
+        The archives are remembered, so `expanded` can put the exact messages
+        back before anything is committed; a checkpoint of the call's own
+        messages carries the call's id, so it counts as one of them.
+        """
+        policy = self.adapter.history_archive
+        if policy is None:
+            return messages
+
+        def checkpoint(archive_id: str, text: str) -> ModelRequest:
+            return ModelRequest(
+                parts=[UserPromptPart(text)],
+                metadata={CHECKPOINT_KEY: archive_id},
+                run_id=self.call_id if own else None,
+            )
+
+        archived, archives = archive_exchanges(
+            messages, CLASSIFIER, policy, dump=self.adapter.dump_messages, make_checkpoint=checkpoint
+        )
+        self.archives.update(archives)
+        return archived
+
+    def expanded(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """`messages` with every checkpoint of this call replaced by the messages it archived."""
+        if not self.archives:
+            return list(messages)
+        return expand_checkpoints(messages, self.archives, checkpoint_of)
 
     async def follow_up(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """`ProcessHistory` hook: process the history before each request after the first."""
         self.requests += 1
         if self.requests == 1:  # kedi processed the first request before the run started
             return messages
+        if self.adapter.history_archive is not None:
+            mine = len(messages) - sum(1 for message in messages if message.run_id == self.call_id)
+            messages = [
+                *self._archived(list(messages[:mine]), own=False),
+                *self._archived(list(messages[mine:]), own=True),
+            ]
+        if self.processor is None:
+            return messages
         outcome = await self._process(messages, request_index=self.requests)
         if not outcome.rewritten:
             return messages
-        own = sum(1 for message in messages if message.run_id == self.run_id)
+        self.stale = True
+        own = sum(1 for message in messages if message.run_id == self.call_id)
         # The call's own messages are protected, so they come back whole and last.
-        self.history = list(outcome.messages[: len(outcome.messages) - own])
+        self.history = self.expanded(outcome.messages[: len(outcome.messages) - own])
         return list(outcome.messages)
 
     async def _process(
@@ -500,7 +623,7 @@ class _Call:
         outcome = await run_history_processor(
             self.processor,
             messages,
-            _PydanticClassifier(self.run_id),
+            _PydanticClassifier(self.call_id),
             adapter_shortname=self.adapter.shortname,
             model_id=self.adapter.model_name,
             request_index=request_index,
@@ -511,13 +634,30 @@ class _Call:
         self.rewrites += outcome.rewritten
         return outcome
 
+    def stamped(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """The call's messages as a lane keeps them: no instructions, stamped with the run's id.
+
+        The call's id goes to `metadata` (`kedi_call_id`, with `kedi_run_id`):
+        Pydantic AI's continuation digests cover the stamps a message had when
+        it was sent, so `_as_sent` puts the call's id back for such models.
+        """
+        ids = {CALL_ID: self.call_id, RUN_ID: self.run_id}
+        return [
+            replace(message, run_id=self.run_id, metadata={**(message.metadata or {}), **ids})
+            if message.run_id == self.call_id
+            else message
+            for message in _without_instructions(messages)
+        ]
+
     def capabilities(self) -> list[AbstractCapability[Any]] | None:
         """The per-run capabilities: the processor hook and the transcript, when wanted."""
         extra: list[AbstractCapability[Any]] = []
-        if self.processor is not None:
+        if self.processor is not None or self.adapter.history_archive is not None:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
             extra.append(_Transcript(self))
+        if continues_responses(self.adapter._model):
+            extra.append(FreshAfterEdit(self))
         return extra or None
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
@@ -539,11 +679,42 @@ class _Call:
             )
         )
 
+    def stopped(self, captured: Sequence[ModelMessage]) -> PartialResult | None:
+        """The partial of a run a tool stopped: its last batch closed, resumable with no repair.
+
+        Results the batch recorded before the stop stay (Pydantic AI leaves
+        them in an interrupted request); every other call of the batch gets
+        the interrupted result.
+        """
+        own = [message for message in captured if message.run_id == self.call_id]
+        last = max((i for i, m in enumerate(own) if isinstance(m, ModelResponse)), default=None)
+        if last is None:
+            return None
+        response = own[last]
+        recorded = {
+            part.tool_call_id: part
+            for message in own[last + 1 :]
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        }
+        closing = ModelRequest(
+            parts=[
+                recorded.get(part.tool_call_id)
+                or ToolReturnPart(part.tool_name, INTERRUPTED_RESULT, tool_call_id=part.tool_call_id)
+                for part in response.parts
+                if isinstance(part, ToolCallPart)
+            ],
+            run_id=self.call_id,
+            conversation_id=self.conversation_id,
+        )
+        return self.partial("canceled", [*own[: last + 1], closing])
+
     def partial(
         self, stage: PartialStage, captured: Sequence[ModelMessage]
     ) -> PartialResult | None:
         """Evidence of a failed run: history through its last completed model turn."""
-        own = [message for message in captured if message.run_id == self.run_id]
+        own = [message for message in captured if message.run_id == self.call_id]
         ends = [
             i
             for i, message in enumerate(own)
@@ -562,6 +733,7 @@ class _Call:
             if isinstance(part, ToolReturnPart)
             and part.outcome == "success"
             and part.tool_name in tools
+            and part.content != INTERRUPTED_RESULT
         )
         usage = Usage(
             input_tokens=sum(r.usage.input_tokens for r in responses),
@@ -571,7 +743,7 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*self.history, *_without_instructions(done)],  # type: ignore[list-item]
+            messages=[*map(as_stored, self.history), *self.stamped(self.expanded(done))],  # type: ignore[list-item]
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
@@ -617,6 +789,12 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
     where = f"model {call.adapter.model_name!r}{_at(request)}"
     try:
         yield
+    except StopRun as stop:
+        raise StopRun(
+            stop.reason,
+            message=f"a tool stopped the run of {where}: {stop.reason or 'no reason given'}",
+            partial=call.stopped(captured),
+        ) from stop
     except pai.UnexpectedModelBehavior as error:
         if str(error).startswith(_INVALID_RESPONSE):  # the server's reply, not the model's output
             raise ProviderError(
@@ -796,6 +974,8 @@ class _PydanticClassifier:
                 protected=tuple(reasons),
                 is_text_only=all(isinstance(part, TextPart) for part in message.parts),
             )
+        if checkpoint_of(message) is not None:
+            return MessageInfo("other", protected=(CHECKPOINT, *own))
         system = any(isinstance(part, SystemPromptPart) for part in message.parts)
         prompts = [part for part in message.parts if isinstance(part, UserPromptPart)]
         answers = tuple(

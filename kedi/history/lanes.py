@@ -339,11 +339,11 @@ def register_adapters(create: Callable[[Any, str | None], Any], lookup: Callable
 
 def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     """The adapter a run given `adapter=` and `model=` would use (an instance is used as is)."""
-    if adapter is None or isinstance(adapter, str):
-        if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
-            raise KediUsageError("no adapter registry: import kedi before using conversations")
-        return AdapterRegistry.create(adapter, model)
-    return adapter  # type: ignore[no-any-return]
+    if adapter is not None and not isinstance(adapter, str) and model is None:
+        return adapter  # type: ignore[no-any-return]
+    if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
+        raise KediUsageError("no adapter registry: import kedi before using conversations")
+    return AdapterRegistry.create(adapter, model)
 
 
 def _key_for(adapter: Any, model: str | None, settings: Mapping[str, Any] | None) -> tuple[LaneOwner, LaneKey]:

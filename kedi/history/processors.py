@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio.to_thread
 
@@ -50,6 +50,7 @@ from kedi.history.trimming import _check_bound
 __all__ = [
     "HistoryProcessor",
     "HistoryProcessorContext",
+    "MessageT",
     "ProcessorChain",
     "ProcessorOutcome",
     "TokenEstimator",
@@ -69,12 +70,19 @@ TokenEstimator = Callable[[Sequence[Any]], int]
 
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
+MessageT = TypeVar("MessageT")
+"""The adapter's native message type (Pydantic AI `ModelMessage`, LangChain `BaseMessage`, kedi `Message`)."""
+
 
 @dataclass(frozen=True, slots=True)
-class HistoryProcessorContext:
-    """What a history processor sees for one model request. Frozen; edit the copies freely."""
+class HistoryProcessorContext(Generic[MessageT]):
+    """What a history processor sees for one model request. Frozen; edit the copies freely.
 
-    messages: tuple[Any, ...]
+    Generic in the native message type, so a processor can be annotated
+    `HistoryProcessorContext[ModelMessage]` or stay generic over `MessageT`.
+    """
+
+    messages: tuple[MessageT, ...]
     """Deep copies of the native messages about to be sent; the last is the current request."""
     groups: tuple[Group, ...]
     """The lifecycle groups of `messages`, in order, covering every message."""
@@ -97,12 +105,12 @@ class HistoryProcessorContext:
     token_estimator: TokenEstimator = field(repr=False)
     """The estimator behind `estimated_tokens`."""
 
-    def group_messages(self, group: Group) -> tuple[Any, ...]:
+    def group_messages(self, group: Group) -> tuple[MessageT, ...]:
         """The messages of `group`."""
         return self.messages[group.entry_start : group.entry_end]
 
 
-HistoryProcessor = Callable[[HistoryProcessorContext], Sequence[Any] | Awaitable[Sequence[Any]]]
+HistoryProcessor = Callable[[HistoryProcessorContext[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
 """A sync (run in a worker thread) or async callback returning the messages to send."""
 
 
@@ -277,7 +285,7 @@ def _is_async(processor: object) -> bool:
     )
 
 
-async def _invoke(processor: HistoryProcessor, context: HistoryProcessorContext, name: str) -> Any:
+async def _invoke(processor: HistoryProcessor, context: HistoryProcessorContext[Any], name: str) -> Any:
     """Call the processor: awaited if async, else in a worker thread that cancellation abandons."""
     try:
         if _is_async(processor):
@@ -303,7 +311,7 @@ class ProcessorChain:
 
     stages: tuple[HistoryProcessor, ...]
 
-    async def __call__(self, context: HistoryProcessorContext) -> Sequence[Any]:
+    async def __call__(self, context: HistoryProcessorContext[Any]) -> Sequence[Any]:
         """Run every stage on the previous one's accepted output; return the last output."""
         settings = _Settings(
             context.adapter_shortname,
@@ -331,7 +339,7 @@ class ProcessorChain:
 
 
 def _drop_oldest(
-    context: HistoryProcessorContext, sizes: Sequence[int], limit: int
+    context: HistoryProcessorContext[Any], sizes: Sequence[int], limit: int
 ) -> Sequence[Any]:
     """Drop the oldest eligible groups until the sizes sum to at most `limit` (or none are left)."""
     total = sum(sizes)
@@ -361,7 +369,7 @@ def max_messages(limit: int) -> HistoryProcessor:
     """
     bound = _check_bound("max_messages", "limit", limit)
 
-    def keep_messages(context: HistoryProcessorContext) -> Sequence[Any]:
+    def keep_messages(context: HistoryProcessorContext[Any]) -> Sequence[Any]:
         return _drop_oldest(context, [group.size for group in context.groups], bound)
 
     keep_messages.__qualname__ = f"max_messages({bound})"
@@ -379,7 +387,7 @@ def max_tokens(limit: int, estimator: TokenEstimator | None = None) -> HistoryPr
     """
     bound = _check_bound("max_tokens", "limit", limit)
 
-    def keep_tokens(context: HistoryProcessorContext) -> Sequence[Any]:
+    def keep_tokens(context: HistoryProcessorContext[Any]) -> Sequence[Any]:
         estimate = estimator or context.token_estimator
         return _drop_oldest(
             context, [estimate(context.group_messages(group)) for group in context.groups], bound

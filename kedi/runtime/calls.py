@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kedi.adapters import create_adapter
-from kedi.adapters.base import Adapter, CallResult, Exchange, OutputSpec, ToolSpec, build_request
+from kedi.adapters.base import (
+    Adapter,
+    CallResult,
+    Exchange,
+    OutputSpec,
+    ToolSpec,
+    Usage,
+    build_request,
+)
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
@@ -72,8 +80,11 @@ class PromptEvent:
     adapter: str
     model: str
     run_id: str
+    """The run's id: every call of one `program.run` shares it."""
     conversation_id: str
     history: bool
+    call_id: str = ""
+    """This call's own id (UUIDv7, fresh per call); also in its transcript records."""
 
 
 class Transcript:
@@ -132,13 +143,23 @@ class CallLayer:
         self,
         *,
         adapter: Any = None,
-        model: str | None = None,
+        model: Any = None,
         conversation: Conversation | None = None,
         transcript: Transcript | None = None,
         hooks: Sequence[Callable[..., Any]] = (),
         history_processor: Callable[..., Any] | None = None,
         quiet: bool = False,
+        run_id: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> None:
+        self.on_delta = on_delta
+        """Streaming sink: text calls pass each piece of reply text to it as it arrives."""
+        self.run_id = run_id or new_id()
+        """The run's id, stamped on every message its calls add (C8)."""
+        self.added: list[Any] = []
+        """Every message the run's calls added, in the order the calls finished."""
+        self.usage = Usage()
+        """The usage of the run's calls, summed."""
         self.default_adapter = adapter
         self.default_model = model
         self.conversation = conversation or Conversation()
@@ -148,20 +169,22 @@ class CallLayer:
         self.quiet = quiet
         self.limiter: Any = None
         """Set by a parallel run: bounds model requests in flight."""
-        self._adapters: dict[tuple[Any, Any], Adapter] = {}
+        self._adapters: dict[tuple[Any, ...], Adapter] = {}
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
         self._noticed = False
 
     # ------------------------------------------------------------------ adapters
 
-    def adapter_for(self, adapter: Any, model: str | None) -> Adapter:
+    def adapter_for(self, adapter: Any, model: Any) -> Adapter:
         """The adapter instance for the agent state's (adapter, model), cached per run."""
         adapter = adapter if adapter is not None else self.default_adapter
         model = model if model is not None else self.default_model
-        if isinstance(adapter, Adapter):
+        if isinstance(adapter, Adapter) and model is None:
             return adapter
-        key = (adapter, model)
+        # Adapter instances and model objects may be unhashable (FunctionModel):
+        # they are cached by identity, and the cache keeps them alive.
+        key = tuple(part if part is None or isinstance(part, str) else id(part) for part in (adapter, model))
         instance = self._adapters.get(key)
         if instance is None:
             if adapter is None and model is None and not self._noticed and not self.quiet:
@@ -248,13 +271,14 @@ class CallLayer:
         """
         prompt, instructions = texts if isinstance(texts, tuple) else await texts()
         adapter = plan.adapter
-        run_id = new_id()
+        run_id = self.run_id
+        call_id = new_id()
         conversation_id = self.conversation.conversation_id
         history_on = lane is not None
         transcript = self.transcript
         if self.hooks:
             prompt = await self._run_hooks(
-                PromptEvent(prompt, origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on)
+                PromptEvent(prompt, origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on, call_id)
             )
         request = build_request(
             prompt=prompt,
@@ -265,21 +289,27 @@ class CallLayer:
             settings=plan.settings,
             model=adapter.model_name,
             run_id=run_id,
+            call_id=call_id,
             conversation_id=conversation_id,
             cache_key=None if lane is None else lane.cache_key,
             cache_epoch=0 if lane is None else lane.epoch,
             history_processor=plan.processor,
             origin=origin,
+            on_delta=self.on_delta if output is None else None,
             on_exchange=None
             if transcript is None
-            else _exchange_sink(transcript, adapter, plan.key, history_on, run_id, conversation_id, plan.settings),
+            else _exchange_sink(transcript, adapter, plan.key, history_on, (run_id, call_id, conversation_id), plan.settings),
         )
         if not adapter.checks_requests:
             adapter.check(request)
         if self.limiter is None:
-            return await adapter.request(request)
-        async with self.limiter:
-            return await adapter.request(request)
+            result = await adapter.request(request)
+        else:
+            async with self.limiter:
+                result = await adapter.request(request)
+        self.added.extend(result.new_messages)
+        self.usage += result.usage
+        return result
 
     def _tools(self, interp: Interpreter, bound: Mapping[str, Any]) -> tuple[tuple[ToolSpec, ...], str]:
         """Tool specs for the tools in scope, and the digest of that tool contract."""
@@ -318,12 +348,15 @@ def _exchange_sink(
     adapter: Adapter,
     key: LaneKey,
     history_on: bool,
-    run_id: str,
-    conversation_id: str,
+    identity: tuple[str, str, str],
     settings: Mapping[str, Any],
 ) -> Callable[[Exchange], None]:
-    """The `on_exchange` sink of one call: a transcript line per model request."""
+    """The `on_exchange` sink of one call: a transcript line per model request.
+
+    `identity` is the call's (run id, call id, conversation id).
+    """
     shown = redact(settings)
+    run_id, call_id, conversation_id = identity
 
     def record(exchange: Exchange) -> None:
         transcript.write(
@@ -333,6 +366,7 @@ def _exchange_sink(
                 "lane": key.label(),
                 "history": history_on,
                 "run_id": run_id,
+                "call_id": call_id,
                 "conversation_id": conversation_id,
                 "messages": list(exchange.messages),
                 "output_schema": exchange.output_schema,
@@ -346,7 +380,7 @@ def _exchange_sink(
 
 
 def _rest(event: PromptEvent) -> tuple[Any, ...]:
-    return (event.origin, event.adapter, event.model, event.run_id, event.conversation_id, event.history)
+    return (event.origin, event.adapter, event.model, event.run_id, event.conversation_id, event.history, event.call_id)
 
 
 def bounded_processor(

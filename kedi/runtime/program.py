@@ -12,13 +12,15 @@ a `conversation=` is passed, which lets several runs share history).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 import anyio
 
+from kedi.adapters.base import Usage
 from kedi.adapters.resources import run_scope
+from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
@@ -29,6 +31,24 @@ from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
 from kedi.syntax.linking import LinkedModule, check_and_link
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What `program.run(..., result=True)` returns: the value and the run's identity."""
+
+    value: Any
+    """The program's result (what `run` returns without `result=True`)."""
+    run_id: str
+    """The run's id (UUIDv7, fresh per run unless `run_id=` was given); on every message it added."""
+    conversation_id: str
+    """The id of the conversation the run added to."""
+    messages: tuple[Any, ...]
+    """Every message the run's calls added (history on or off), in the order the calls finished."""
+    usage: Usage
+    """Token and request counts of all the run's calls."""
+    conversation: Conversation
+    """The conversation the run used: the one passed, a fork of it, or a new one."""
 
 
 class Program:
@@ -50,7 +70,7 @@ class Program:
         *,
         args: Mapping[str, Any] | None = None,
         adapter: Any = None,
-        model: str | None = None,
+        model: Any = None,
         conversation: Conversation | None = None,
         parallel: Any = None,
         transcript: str | Path | IO[str] | Callable[[dict[str, Any]], None] | Transcript | None = None,
@@ -62,6 +82,10 @@ class Program:
         settings: Mapping[str, Any] | None = None,
         quiet: bool = True,
         body_arguments: Mapping[str, Any] | None = None,
+        result: bool = False,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -69,8 +93,20 @@ class Program:
         `system`, `effort` and `settings` seed the agent state that the program's
         own directives then override. `body_arguments` runs the program as the
         body of a procedure with those parameters (how `@kedi.query` works).
+        `model` is a name or a model object (a Pydantic AI `Model`, a LangChain
+        `BaseChatModel`). With `result=True` the return value is a `RunResult`.
+        `run_id` names the run (fresh UUIDv7 otherwise); `conversation_id`
+        names the conversation: a new one with that id, or, when it differs
+        from the id of the `conversation` passed, a fork of it (docs/history.md,
+        "Run results and identity"). `on_delta(text)` receives the reply text
+        of text calls (raw invokes, templates without captures) piece by piece
+        as it arrives, on adapters that stream; structured calls deliver
+        their validated value at the end, as usual.
         """
+        conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
+            run_id=_checked_id("run_id", run_id),
+            on_delta=on_delta,
             args=args,
             adapter=adapter,
             model=model,
@@ -90,10 +126,20 @@ class Program:
         )
         try:
             async with run_scope():
-                return await interpreter.run_module(agent=agent, body_arguments=body_arguments)
+                value = await interpreter.run_module(agent=agent, body_arguments=body_arguments)
         finally:
             if layer.transcript is not None:
                 layer.transcript.close()
+        if not result:
+            return value
+        return RunResult(
+            value=value,
+            run_id=layer.run_id,
+            conversation_id=layer.conversation.conversation_id,
+            messages=tuple(layer.added),
+            usage=layer.usage,
+            conversation=layer.conversation,
+        )
 
     def run_sync(self, **options: Any) -> Any:
         """`run` from synchronous code (it starts an event loop: not from async code)."""
@@ -112,6 +158,8 @@ class Program:
             hooks=tuple(defaults.user_prompt_submit) + tuple(options["hooks"] or ()),
             history_processor=options["history_processor"] or defaults.history_processor,
             quiet=options["quiet"],
+            run_id=options.get("run_id"),
+            on_delta=options.get("on_delta"),
         )
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
@@ -147,6 +195,24 @@ class Program:
             refuse_in_event_loop("inside async code, use `await program.load_procedures()`")
             anyio.run(self.load_procedures, backend="asyncio")
         return dict(self._procedures or {})
+
+
+def _checked_id(name: str, value: str | None) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise KediUsageError(f"{name} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _run_conversation(conversation: Conversation | None, conversation_id: str | None) -> Conversation | None:
+    """The conversation a run uses: see `Program.run` (`conversation_id` forks a passed one)."""
+    conversation_id = _checked_id("conversation_id", conversation_id)
+    if conversation_id is None:
+        return conversation
+    if conversation is None:
+        return Conversation(conversation_id)
+    if conversation.conversation_id == conversation_id:
+        return conversation
+    return conversation.fork(conversation_id)
 
 
 def initial_agent(system: str | None, effort: str | None, settings: Mapping[str, Any]) -> AgentState:

@@ -18,7 +18,7 @@ import anyio.to_thread
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from kedi.adapters.base import ToolSpec
-from kedi.errors import KediUsageError
+from kedi.errors import KediUsageError, StopRun
 from kedi.history.lanes import canonical_digest
 from kedi.runtime.procedures import KediProcedure
 
@@ -174,6 +174,8 @@ def _handler(target: Any, model: Any, retries: int) -> Callable[[Mapping[str, An
                 if inspect.isawaitable(result):
                     result = await result
                 return result
+            except StopRun:
+                raise  # a deliberate stop is never retried
             except Exception:
                 if attempt + 1 >= attempts:
                     raise

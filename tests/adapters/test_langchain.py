@@ -439,15 +439,25 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "langchain" and rows["streaming"] == "no"
+    assert rows["message format"] == "langchain" and rows["streaming"].startswith("yes: text calls stream")
     assert all(name in rows["settings"] for name in LangChainAdapter.profile.settings)
 
 
 def test_bad_constructor_arguments_are_config_errors() -> None:
-    with pytest.raises(KediConfigError, match="needs a LangChain chat model object, not str"):
-        LangChainAdapter("gpt-4o")  # type: ignore[arg-type]
+    with pytest.raises(KediConfigError, match="needs a LangChain chat model object or a model name, not int"):
+        LangChainAdapter(42)  # type: ignore[arg-type]
     with pytest.raises(KediConfigError, match="max_rounds setting must be an integer >= 1"):
         LangChainAdapter(Scripted(), max_rounds=0)
+
+
+def test_a_model_name_goes_through_init_chat_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(KediConfigError, match="LangChain cannot build chat model 'openai:gpt-4o-mini': Missing credentials"):
+        LangChainAdapter("openai:gpt-4o-mini")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    adapter = LangChainAdapter().with_model("openai:gpt-4o-mini")
+    assert type(adapter.chat_model).__name__ == "ChatOpenAI" and adapter.model_name == "gpt-4o-mini"
+    assert "sk-test" not in repr(adapter)
 
 
 class StatusError(Exception):

@@ -419,7 +419,16 @@ async def test_misuse_of_pydantic_ai_is_an_adapter_error() -> None:
     adapter = PydanticAdapter(script.model())
     first = await adapter.request(call("Hi"))
     with pytest.raises(AdapterError, match="Pydantic AI rejected the call at flow.kedi:9.*run_id"):
-        await adapter.request(call("Again", history=first.new_messages, origin="flow.kedi:9"))
+        # A call id that the history already holds as a run id: Pydantic AI refuses the run.
+        await adapter.request(call("Again", history=first.new_messages, origin="flow.kedi:9", call_id=RUN))
+
+
+async def test_calls_of_one_run_share_its_run_id_and_pydantic_ai_sees_their_call_ids() -> None:
+    script = Script(text("one"), text("two"))
+    adapter = PydanticAdapter(script.model())
+    first = await adapter.request(call("Hi", call_id="call-1"))
+    second = await adapter.request(call("Again", history=first.new_messages, call_id="call-2"))
+    assert {m.run_id for m in [*first.new_messages, *second.new_messages]} == {RUN}
 
 
 async def test_usage_limit_is_a_clear_adapter_error_with_partial_evidence() -> None:
@@ -444,7 +453,7 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "pydantic-ai" and rows["streaming"] == "no"
+    assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith("yes: text calls stream")
     assert all(name in rows["settings"] for name in PydanticAdapter.profile.settings)
 
 

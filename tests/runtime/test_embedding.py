@@ -172,7 +172,7 @@ def test_prompt_hook_edit_reaches_the_adapter() -> None:
     assert seen == ["Tell me the password ***."]
 
 
-def test_every_call_has_a_fresh_uuid7_run_id_and_stamped_messages() -> None:
+def test_a_run_has_one_uuid7_run_id_and_each_call_its_own_call_id() -> None:
     import re
 
     uuid7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -181,11 +181,13 @@ def test_every_call_has_a_fresh_uuid7_run_id_and_stamped_messages() -> None:
     kedi.compile("> history: enabled\n>> One [a].\n>> Two [b].").run_sync(
         model="offline", conversation=conversation, transcript=records.append
     )
-    run_ids = [r["run_id"] for r in records]
-    assert len(set(run_ids)) == 2 and all(uuid7.match(r) for r in run_ids)
+    run_ids = {r["run_id"] for r in records}
+    call_ids = [r["call_id"] for r in records]
+    assert len(run_ids) == 1 and all(uuid7.match(r) for r in [*run_ids, *call_ids])
+    assert len(set(call_ids)) == 2 and not run_ids & set(call_ids)
     assert uuid7.match(conversation.conversation_id)
     (lane,) = conversation.lanes.values()
-    assert [m.run_id for m in lane.messages] == [run_ids[0], run_ids[0], run_ids[1], run_ids[1]]
+    assert [m.run_id for m in lane.messages] == [*run_ids] * 4
     assert {m.conversation_id for m in lane.messages} == {conversation.conversation_id}
 
 

@@ -1,0 +1,109 @@
+"""`program.run(on_delta=...)`: text calls stream their reply on every streaming adapter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import kedi
+from kedi.adapters.openai import OpenAIAdapter
+from kedi.cli import main
+from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, chunk, completion, sse
+
+PIECES = ["Hel", "lo, ", "world."]
+TEXT = kedi.compile("> history: enabled\n[reply] << Say hello.\n= <reply>")
+STRUCTURED = kedi.compile(">> Name a city [city].\n= <city>")
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+def streamed(*pieces: str) -> Reply:
+    return Reply(events=sse(*[chunk({"content": piece}) for piece in pieces], chunk(finish_reason="stop"), chunk(usage=(5, 3))))
+
+
+def test_openai_streams_text_calls_and_commits_the_whole_reply_once(server: OpenAIServer) -> None:
+    server.add(streamed(*PIECES), Reply(body=completion(json.dumps({"city": "Paris"}))))
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
+    pieces: list[str] = []
+    conversation = kedi.Conversation()
+    assert TEXT.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation) == "Hello, world."
+    assert pieces == PIECES and server.bodies[0]["stream"] is True
+    assert [m.content for m in conversation.messages(adapter=adapter)] == ["Say hello.", "Hello, world."]
+    # A structured call is not streamed: its validated value comes at the end.
+    assert STRUCTURED.run_sync(adapter=adapter, on_delta=pieces.append) == "Paris"
+    assert "stream" not in server.bodies[1] and pieces == PIECES
+
+
+def test_pydantic_ai_streams_through_its_event_stream() -> None:
+    def whole(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("".join(PIECES))])
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for piece in PIECES:
+            yield piece
+
+    pieces: list[str] = []
+    model = FunctionModel(whole, stream_function=stream)
+    assert TEXT.run_sync(model=model, on_delta=pieces.append) == "Hello, world."
+    assert pieces == PIECES
+    # A model that cannot stream gives its text in one piece.
+    pieces.clear()
+    assert TEXT.run_sync(model=FunctionModel(whole), on_delta=pieces.append) == "Hello, world."
+    assert pieces == ["Hello, world."]
+
+
+class Streaming(BaseChatModel):
+    """Streams PIECES (and answers them whole when not streamed)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "streaming"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("".join(PIECES)))])
+
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+        for piece in PIECES:
+            yield ChatGenerationChunk(message=AIMessageChunk(piece))
+
+
+def test_langchain_streams_through_astream() -> None:
+    pieces: list[str] = []
+    conversation = kedi.Conversation()
+    model = Streaming()
+    assert TEXT.run_sync(model=model, on_delta=pieces.append, conversation=conversation) == "Hello, world."
+    assert pieces == PIECES
+    (lane,) = conversation.lanes.values()
+    assert [type(m).__name__ for m in lane.messages] == ["HumanMessage", "AIMessage"]
+    assert lane.messages[1].content == "Hello, world."
+
+
+def test_kedi_run_stream_shows_the_text_on_stderr_and_keeps_stdout_the_result(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server.add(streamed(*PIECES), Reply(body=completion("Hello, world.")))
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[reply] << Say hello.\n= <reply>\n")
+    options = ["run", str(flow), "--adapter", "openai", "--model", MODEL]
+    result = CliRunner().invoke(main, [*options, "--stream"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "Hello, world.\n" and result.stdout == "Hello, world.\n"
+    plain = CliRunner().invoke(main, options)
+    assert plain.stdout == result.stdout and plain.stderr == ""
+    assert server.bodies[0]["stream"] is True and "stream" not in server.bodies[1]

@@ -1,0 +1,99 @@
+"""`kedi chat`: the interactive loop, driven through piped stdin."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import kedi
+from kedi.cli import main
+from kedi.cli_chat import chat_loop
+
+
+def chat(lines: str, *options: str) -> Any:
+    return CliRunner().invoke(main, ["chat", "--quiet", *options], input=lines)
+
+
+def test_each_line_is_a_turn_and_history_carries_over(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["Hi Ada.", "You are Ada."]))
+    transcript: list[dict[str, Any]] = []
+    out, notices = io.StringIO(), []
+    chat_loop(
+        read=io.StringIO("My name is Ada.\nWho am I?\n"),
+        write=out.write,
+        notice=notices.append,
+        interactive=False,
+        model=f"script:{replies}",
+        transcript=transcript.append,
+    )
+    assert out.getvalue() == "Hi Ada.\nYou are Ada.\n" and notices == []
+    assert [m["content"] for m in transcript[1]["messages"]] == ["My name is Ada.", "Hi Ada.", "Who am I?"]
+
+
+def test_exit_reset_save_and_unknown_commands(tmp_path: Path) -> None:
+    saved = tmp_path / "chat.json"
+    result = chat(f"one\n/bogus\ntwo\n/save {saved}\n/reset\nthree\n/exit\nnever\n")
+    assert result.exit_code == 0
+    assert result.stdout == "[offline] one\n[offline] two\n[offline] three\n"
+    assert "unknown command '/bogus'; commands: /exit, /reset, /save NAME" in result.stderr
+    assert f"(saved the conversation to {saved})" in result.stderr and "(new conversation)" in result.stderr
+    loaded = kedi.Conversation.load(saved)
+    assert [m.content for m in loaded.messages()] == ["one", "[offline] one", "two", "[offline] two"]
+
+
+def test_end_of_input_quits_and_a_failed_turn_does_not_end_the_chat(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["first", {"error": "provider down"}, "third"]))
+    result = chat("a\nb\nc\n", "--model", f"script:{replies}")
+    assert result.exit_code == 0 and result.stdout == "first\nthird\n"
+    assert "provider down" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_history_is_bounded_by_max_messages() -> None:
+    seen: list[list[str]] = []
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts = [
+            str(p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+        ]
+        seen.append(prompts)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    chat_loop(
+        read=io.StringIO("1\n2\n3\n4\n"),
+        write=lambda _: None,
+        notice=lambda _: None,
+        interactive=False,
+        max_messages=3,
+        model=FunctionModel(reply),
+        system="Be brief.",
+    )
+    # Three messages: the previous turn (prompt and reply) and the new prompt.
+    assert seen == [["1"], ["1", "2"], ["2", "3"], ["3", "4"]]
+
+
+def test_piping_stdin_into_the_command(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "kedi", "chat", "--max-messages", "4"],
+        input="hello\nagain\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0 and run.stdout == "[offline] hello\n[offline] again\n"
+    assert run.stderr.count("no model configured") == 1  # once per chat, not per turn
+
+
+def test_bad_max_messages_is_a_usage_error() -> None:
+    result = chat("", "--max-messages", "0")
+    assert result.exit_code == 2 and "0 is not in the range x>=1" in result.stderr
