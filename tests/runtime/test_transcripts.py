@@ -21,11 +21,11 @@ FORTY_CALLS = "> history: enabled\n" + "".join(f">> Tell me fact number {n} abou
 
 
 def without_ids(record: dict) -> dict:
-    """A record with its run and conversation ids removed (they differ between two runs)."""
+    """A record with its run, call and conversation ids removed (they differ between two runs)."""
     def strip(message: dict) -> dict:
-        return {k: v for k, v in message.items() if k not in ("runId", "conversationId")}
+        return {k: v for k, v in message.items() if k not in ("runId", "callId", "conversationId")}
 
-    kept = {k: v for k, v in record.items() if k not in ("run_id", "conversation_id")}
+    kept = {k: v for k, v in record.items() if k not in ("run_id", "call_id", "conversation_id")}
     kept["messages"] = [strip(m) for m in kept["messages"]]
     kept["response"] = strip(kept["response"])
     return kept
