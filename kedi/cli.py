@@ -22,7 +22,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "history")
 
 
 class _KediGroup(click.Group):
@@ -129,6 +129,13 @@ def main() -> None:
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
+@click.option("--session", metavar="NAME", help="Create or continue the named session in the history store.")
+@click.option("-C", "--continue", "continue_last", is_flag=True, help="Continue the most recent session.")
+@click.option("--fork", metavar="NAME", help="Branch the session into a copy named NAME (the parent is recorded).")
+@click.option("--no-store", "no_store", is_flag=True, help="Run without recording (also KEDI_HISTORY=off).")
+@click.option("--resume", metavar="SESSION", help="Continue the session's failed run from its partial.")
+@click.option("--replay", metavar="SESSION", help="Serve every model call from the session's last run.")
+@click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -139,6 +146,7 @@ def run(
     transcript: str | None,
     parallel: str | None,
     quiet: bool,
+    **session_options: Any,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
@@ -149,18 +157,31 @@ def run(
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
+    from kedi.cli_history import SessionOptions, run_session
+
     source, path = _read_source(file, command)
+    stored = None
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
-        result = program.run_sync(
-            args=program_arguments(ctx.args),
-            adapter=adapter,
-            model=model,
-            transcript=transcript,
-            parallel=workers,
-            quiet=quiet,
-        )
+        stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
+        try:
+            result = program.run_sync(
+                args=program_arguments(ctx.args),
+                adapter=adapter,
+                model=model,
+                transcript=transcript,
+                parallel=workers,
+                quiet=quiet,
+                conversation=conversation,
+                recorder=stored and stored.recorder,
+            )
+        except BaseException as error:
+            if stored is not None:
+                stored.finish(error)
+            raise
+        if stored is not None:
+            stored.finish(None)
     except KediError as error:
         _fail(error)
     if result is not None:
@@ -201,3 +222,13 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+def _register_history() -> None:
+    """`kedi history` lives in its own module (light: click and the standard library at import)."""
+    from kedi.cli_history import history
+
+    main.add_command(history)
+
+
+_register_history()

@@ -135,6 +135,8 @@ LAYERS = (
     ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
+    Layer("kedi.cli_history", _ANYTHING),
+    Layer("kedi.cli_history_io", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
 )
 

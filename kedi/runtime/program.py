@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,6 +29,9 @@ from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
 from kedi.syntax.checks import check_source
+
+if TYPE_CHECKING:
+    from kedi.runtime.sessions import SessionRecorder
 
 
 class Program:
@@ -60,6 +63,7 @@ class Program:
         settings: Mapping[str, Any] | None = None,
         quiet: bool = True,
         body_arguments: Mapping[str, Any] | None = None,
+        recorder: SessionRecorder | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -67,6 +71,8 @@ class Program:
         `system`, `effort` and `settings` seed the agent state that the program's
         own directives then override. `body_arguments` runs the program as the
         body of a procedure with those parameters (how `@kedi.query` works).
+        `recorder` links the run to a session of the history store (recording,
+        replay, resume; see `kedi.runtime.sessions`).
         """
         interpreter, layer = self._start(
             args=args,
@@ -80,6 +86,7 @@ class Program:
             env=env,
             quiet=quiet,
         )
+        layer.recorder = recorder
         defaults = config_module.current()
         agent = initial_agent(
             system if system is not None else defaults.system,

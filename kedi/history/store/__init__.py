@@ -140,3 +140,12 @@ def open_store(location: str | os.PathLike[str] | None = None, *, busy_timeout: 
     from kedi.history.store.sqlite import open_sqlite
 
     return open_sqlite(Path(text).expanduser(), busy_timeout=busy_timeout)
+
+
+def __getattr__(name: str) -> object:
+    """`Store` and `StoreTransaction` load with the store's queries, on first use."""
+    if name in ("Store", "StoreTransaction"):
+        from kedi.history.store import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
