@@ -59,8 +59,10 @@ def _skip_collections_at_exit() -> None:
     gc.freeze()
 
 
-def _fail(error: KediError) -> NoReturn:
+def _fail(error: KediError, hint: str = "") -> NoReturn:
     click.echo(error.render(), err=True)
+    if hint:
+        click.echo(hint, err=True)
     sys.exit(1)
 
 
@@ -177,8 +179,11 @@ def run(
                 recorder=stored and stored.recorder,
             )
         except BaseException as error:
-            if stored is not None:
-                stored.finish(error)
+            hint = stored.finish(error) if stored is not None else ""
+            if isinstance(error, KediError):
+                _fail(error, hint)
+            if hint:
+                click.echo(hint, err=True)
             raise
         if stored is not None:
             stored.finish(None)

@@ -72,12 +72,12 @@ class RunSession:
     recorder: SessionRecorder
     program_label: str
 
-    def finish(self, error: BaseException | None) -> None:
-        """Record how the run ended; for a stopped run, print where and how to resume."""
+    def finish(self, error: BaseException | None) -> str:
+        """Record how the run ended; for a stopped run, return the line saying where and how to resume."""
         store, recorder = self.store, self.recorder
         if recorder.mode == "replay" and not recorder.record:
             store.close()
-            return
+            return ""
         status = "ok"
         failure = None
         if error is not None:
@@ -87,16 +87,19 @@ class RunSession:
             failure.setdefault("origin", _origin_of(error))
         try:
             store.finish_run(self.session.id, recorder.run_no, status, failure=failure)
+            if recorder.model_label and recorder.model_label != self.session.model:
+                with store.transaction() as tx:
+                    tx.execute("UPDATE sessions SET model = ? WHERE id = ?", (recorder.model_label, self.session.id))
         finally:
             store.close()
-        if error is not None:
-            where = failure.get("origin") if failure else ""
-            stage = f" ({failure['stage']})" if failure and failure.get("stage") else ""
-            click.echo(
-                f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
-                f"Resume with: kedi run {self.program_label} --resume {self.session.name or self.session.id}",
-                err=True,
-            )
+        if error is None:
+            return ""
+        where = failure.get("origin") if failure else ""
+        stage = f" ({failure['stage']})" if failure and failure.get("stage") else ""
+        return (
+            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
+            f"Resume with: kedi run {self.program_label} --resume {self.session.name or self.session.id}"
+        )
 
 
 def _first_line(error: BaseException) -> str:

@@ -89,6 +89,8 @@ class SessionRecorder:
         """Set when a call fails: the evidence `kedi run` stores for `--resume`."""
         self.served = 0
         self.sent = 0
+        self.model_label = ""
+        """The adapter and model of the first recorded call (shown by `kedi history ls`)."""
 
     # ---------------------------------------------------------------- replay
 
@@ -116,7 +118,7 @@ class SessionRecorder:
         if not candidates:
             raise ReplayMismatch(
                 f"replay: {request.origin or 'a call'} makes a call on lane {key.label()} that the recording "
-                "does not have (the program changed since it was recorded); re-record it with --record"
+                "does not have (the program, its inputs or the model changed since it was recorded); re-record it with --record"
             )
         recorded = self._pool[candidates[0]]
         assert recorded is not None
@@ -223,6 +225,8 @@ class SessionRecorder:
         exchanges: list[dict[str, Any]],
     ) -> None:
         assert self.store is not None
+        if not self.model_label:
+            self.model_label = key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
         history_on = lane is not None
         rewritten = result.rewritten_history
         epoch = 0

@@ -1,0 +1,177 @@
+"""`kedi run` sessions, `kedi history`, failed-run resume and deterministic replay, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.kedi"))
+CHAT = "> history: enabled\n[reply] << <`args.message`>\n= <reply>\n"
+
+
+def kedi(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kedi", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd or ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+def sessions() -> list[dict]:
+    done = kedi("history", "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def chat(tmp_path: Path) -> Path:
+    path = tmp_path / "chat.kedi"
+    path.write_text(CHAT)
+    return path
+
+
+def test_a_named_session_continues_in_the_next_run(chat: Path, tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["first reply", "second reply"]))
+    model = f"script:{script}"
+    assert kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "hi").returncode == 0
+    second = kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "again", "--transcript", str(tmp_path / "t.jsonl"))
+    assert second.returncode == 0, second.stderr
+    sent = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])["messages"]
+    assert [m["content"] for m in sent] == ["hi", "first reply", "again"]  # the earlier run's turn came back
+    (listed,) = sessions()
+    assert listed["name"] == "s1" and listed["turns"] == 2 and listed["program"] == str(chat)
+
+
+def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
+    assert kedi("run", str(chat), "--message", "one").returncode == 0
+    assert len(sessions()) == 1  # a run without --session is still recorded
+    assert kedi("run", str(chat), "-C", "--message", "two").returncode == 0
+    (only,) = sessions()
+    assert only["turns"] == 2
+    assert kedi("run", str(chat), "-C", "--fork", "branch", "--message", "three").returncode == 0
+    forked = {s["name"]: s for s in sessions()}["branch"]
+    assert forked["parent"] == only["id"] and forked["id"] != only["id"] and forked["turns"] == 3
+    assert kedi("run", str(chat), "--no-store", "--message", "x").returncode == 0
+    assert kedi("run", str(chat), "--message", "x", env={"KEDI_HISTORY": "off"}).returncode == 0
+    assert len(sessions()) == 2
+    off = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": "off"})
+    assert off.returncode == 1 and "history store is off" in off.stderr
+
+
+def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> None:
+    assert kedi("run", str(chat), "--session", "a", "--message", "hello there").returncode == 0
+    shown = kedi("history", "show", "a")
+    assert shown.returncode == 0 and "user: hello there" in shown.stdout and "assistant:" in shown.stdout
+    data = json.loads(kedi("history", "show", "a", "--json").stdout)
+    assert data["turns"][0]["messages"][0] == {"role": "user", "content": "hello there", **{
+        k: data["turns"][0]["messages"][0][k] for k in ("runId", "conversationId")}}
+    assert "offline" in kedi("history", "ls").stdout
+    exported = tmp_path / "a.json"
+    assert kedi("history", "export", "a", "-o", str(exported)).returncode == 0
+    document = json.loads(exported.read_text())
+    document["turns"][0]["messages"].insert(0, {"role": "system", "content": "injected"})
+    exported.write_text(json.dumps(document))
+    imported = kedi("history", "import", str(exported), "--name", "b")
+    assert imported.returncode == 0 and "1 system prompts dropped" in imported.stdout
+    assert kedi("history", "diff", "a", "b").returncode == 0  # the sanitized import equals the original
+    assert kedi("run", str(chat), "--session", "b", "--message", "more").returncode == 0
+    diff = kedi("history", "diff", "a", "b")
+    assert diff.returncode == 1 and "b goes on to turn 2" in diff.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    refused = kedi("history", "import", str(bad))
+    assert refused.returncode == 1 and "not a kedi session export" in refused.stderr and "Traceback" not in refused.stderr
+    assert kedi("history", "gc", "--older-than", "30d").stdout.startswith("removed 0 sessions")
+    assert kedi("history", "rm", "a").returncode == 0
+    assert [s["name"] for s in sessions()] == ["b"]
+    missing = kedi("history", "show", "nope")
+    assert missing.returncode == 1 and "no session 'nope'" in missing.stderr
+
+
+def test_explain_shows_what_the_next_call_sends(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "e", "--message", "remember me").returncode == 0
+    explained = kedi("history", "explain", str(chat), "--session", "e")
+    assert explained.returncode == 0, explained.stderr
+    assert "lane: offline/offline" in explained.stdout and '"content": "remember me"' in explained.stdout
+
+
+TOOL_PROGRAM = (
+    "```\ndef lookup(q: str) -> str:\n    \"\"\"Look q up.\"\"\"\n    return 'found ' + q\n```\n"
+    "> history: enabled\n[first] << Say hi\n> use: lookup\n[a] << Look it up\n= `first + ' / ' + a`\n"
+)
+
+
+def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_calls(tmp_path: Path) -> None:
+    program = tmp_path / "tools.kedi"
+    program.write_text(TOOL_PROGRAM)
+    replies = ["hi", {"tool_calls": [{"id": "c1", "name": "lookup", "args": {"q": "x"}}]}, {"error": "overloaded"}]
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    failed = kedi("run", str(program), "--model", f"script:{script}", "--session", "t")
+    assert failed.returncode == 1
+    assert f"Resume with: kedi run {program} --resume t" in failed.stderr
+    assert f"{program}:" in failed.stderr.splitlines()[-1]
+    runs = json.loads(kedi("history", "show", "t", "--json").stdout)["runs"]
+    assert runs[-1]["status"] == "failed" and '"tools":""' not in runs[-1]["failure"]["lane"]
+    assert [m["role"] for m in runs[-1]["failure"]["messages"]][-3:] == ["user", "assistant", "tool"]
+    # Resume: "Say hi" is served from the store (the script's "hi" is not asked again), the tool
+    # call continues on the lane of the same tool contract from its partial.
+    # (the same model: a script's path is its model name, so the file keeps its name)
+    script.write_text(json.dumps(["done"]))
+    resumed = kedi("run", str(program), "--model", f"script:{script}", "--resume", "t", "--transcript", str(tmp_path / "t.jsonl"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "hi / done"
+    sent = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(sent) == 2  # the served call's transcript line, then the one live request
+    contents = [m.get("content", "") for m in sent[1]["messages"]]
+    # the tool lane's own history: the partial (prompt, tool call, its result), then the prompt again
+    assert contents == ["Look it up", "", "found x", "Look it up"]
+    shown = json.loads(kedi("history", "show", "t", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "ok" and len(shown["runs"]) == 1
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_replay_reproduces_every_example_exactly(path: Path, tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_bytes(path.with_suffix(".replies.json").read_bytes())
+    model = f"script:{replies}"
+    live = kedi("run", str(path), "--model", model, "--session", "r", "--name", "Ada", "--transcript", str(tmp_path / "live.jsonl"))
+    assert live.returncode == 0, live.stderr
+    before = kedi("history", "show", "r", "--json").stdout
+    # an emptied script proves nothing reaches the model: every call is served from the store
+    replies.write_text("[]")
+    replayed = kedi("run", str(path), "--model", model, "--replay", "r", "--name", "Ada",
+                    "--transcript", str(tmp_path / "replay.jsonl"))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == live.stdout
+    assert (tmp_path / "replay.jsonl").read_text() == (tmp_path / "live.jsonl").read_text()
+    assert kedi("history", "show", "r", "--json").stdout == before  # replay writes nothing
+
+
+def test_replay_stops_on_prompt_drift_with_a_readable_diff(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "d", "--message", "old wording").returncode == 0
+    drift = kedi("run", str(chat), "--replay", "d", "--message", "new wording")
+    assert drift.returncode == 1
+    assert '-  "prompt": "old wording"' in drift.stderr and '+  "prompt": "new wording"' in drift.stderr
+    assert kedi("run", str(chat), "--replay", "d", "--record", "--message", "new wording").returncode == 0
+    assert kedi("run", str(chat), "--replay", "d", "--message", "new wording").returncode == 0
+
+
+def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path) -> None:
+    planted = "sk-plantedSECRETvalue1234567890"
+    program = chat.with_name("secret.kedi")
+    program.write_text("> history: enabled\n[reply] << key <`args.message`> and <`__import__('os').environ['MY_API_KEY']`>\n= <reply>\n")
+    done = kedi("run", str(program), "--session", "k", "--message", planted, env={"MY_API_KEY": "env-secret-abcdef123"})
+    assert done.returncode == 0, done.stderr
+    raw = b"".join(p.read_bytes() for p in _private_history_store.parent.glob("history.db*"))
+    assert planted.encode() not in raw and b"env-secret-abcdef123" not in raw
+    with sqlite3.connect(_private_history_store) as db:
+        assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 1
