@@ -175,3 +175,30 @@ def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path)
     assert planted.encode() not in raw and b"env-secret-abcdef123" not in raw
     with sqlite3.connect(_private_history_store) as db:
         assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 1
+
+
+def test_conversation_load_works_in_a_fresh_process_after_import_kedi(tmp_path: Path) -> None:
+    saved = tmp_path / "c.json"
+    code = (
+        "import kedi\n"
+        f"c = kedi.Conversation.load({str(saved)!r})\n"
+        "lane = c.lane_for(model='offline')\n"
+        "c.seed([*c.messages(model='offline'), {'role': 'user', 'content': 'more'}], model='offline')\n"
+        "print(len(c.messages(model='offline')), lane.key.adapter)\n"
+    )
+    setup = "import kedi\nc = kedi.Conversation()\nc.seed([{'role': 'user', 'content': 'a'}], model='offline')\n" f"c.save({str(saved)!r})\n"
+    for source in (setup, code):
+        done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "offline"]
+
+
+def test_trim_and_budget_history_work_directly_as_history_processor() -> None:
+    import kedi
+
+    program = kedi.compile("> history: enabled\n>> hi [a]\n>> again [b]\n>> more [c]\n= <c>")
+    for processor, sizes in ((kedi.trim_history(3), [1, 3, 3]), (kedi.budget_history(lambda m: 10 * len(m), 35), [1, 3, 3])):
+        records: list[dict] = []
+        program.run_sync(history_processor=processor, transcript=records.append)
+        assert [len(record["messages"]) for record in records] == sizes  # whole turns dropped, current kept

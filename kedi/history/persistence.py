@@ -213,6 +213,7 @@ def _serializer(key: LaneKey, adapters: Sequence[Any], where: str) -> LaneOwner:
     """
     found = next((a for a in adapters if getattr(a, "shortname", None) == key.adapter), None)
     if found is None:
+        AdapterRegistry.ensure()
         if AdapterRegistry.lookup is None:  # pragma: no cover - importing kedi registers it
             raise KediUsageError("no adapter registry: import kedi before loading conversations")
         try:
