@@ -242,11 +242,9 @@ class Store:
                     (identifier, name, program, model, parent, now, now),
                 )
         except StoreError:
-            raise
-        except Exception as error:
             if self.find_session(name or identifier) is not None:
                 raise StoreError(f"a session named {name or identifier!r} already exists") from None
-            raise StoreError(f"cannot create a session in {self.location}: {error}") from None
+            raise
         return SessionInfo(identifier, name, program, model, parent, now, now, 0)
 
     def find_session(self, ref: str) -> SessionInfo | None:
