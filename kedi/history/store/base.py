@@ -381,9 +381,16 @@ class Store:
                 extra(tx)
         return seq
 
-    def turns(self, session_id: str, *, run_no: int | None = None, before_run: int | None = None) -> list[TurnRecord]:
-        """The session's turns in commit order (of one run, or of the runs before one)."""
-        sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ?"
+    def turns(
+        self, session_id: str, *, run_no: int | None = None, before_run: int | None = None, replay_data: bool = True
+    ) -> list[TurnRecord]:
+        """The session's turns in commit order (of one run, or of the runs before one).
+
+        `replay_data=False` leaves out each turn's rendered request and
+        transcript lines (empty in the records): what a listing does not show.
+        """
+        columns = _TURN_COLUMNS if replay_data else _TURN_COLUMNS.replace("request", "'{}'").replace("exchanges", "'[]'")
+        sql = f"SELECT {columns} FROM turns WHERE session_id = ?"
         params: list[Any] = [session_id]
         if run_no is not None:
             sql += " AND run_no = ?"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -37,8 +38,12 @@ def encode_lane_key(key: LaneKey) -> str:
     return json.dumps({name: getattr(key, name) for name in _KEY_FIELDS}, sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=256)
 def decode_lane_key(text: str) -> LaneKey:
-    """Inverse of `encode_lane_key`; raises `StoreError` on malformed text."""
+    """Inverse of `encode_lane_key`; raises `StoreError` on malformed text.
+
+    Cached: a session's thousands of turns name a handful of lanes.
+    """
     try:
         data = json.loads(text)
         return LaneKey(**{name: str(data[name]) for name in _KEY_FIELDS})
