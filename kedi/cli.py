@@ -229,11 +229,21 @@ def check(file: str | None, command: str | None) -> None:
     click.echo("Checked successfully.")
 
 
-def _register_history() -> None:
-    """`kedi history` lives in its own module (light: click and the standard library at import)."""
-    from kedi.cli_history import history
+class _HistoryGroup(click.Group):
+    """`kedi history`: its subcommands live in `kedi.cli_history`, imported only when used."""
 
-    main.add_command(history)
+    def _real(self) -> click.Group:
+        from kedi.cli_history import history
+
+        return history
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._real().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._real().get_command(ctx, cmd_name)
 
 
-_register_history()
+@main.group(cls=_HistoryGroup)
+def history() -> None:
+    """List, show, compare, export and clean up stored sessions (KEDI_HISTORY)."""

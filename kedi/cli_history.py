@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kedi.errors import KediError, KediUsageError
-from kedi.history.lanes import LaneKey
 
 if TYPE_CHECKING:
     from kedi.history.store import SessionInfo
@@ -261,6 +260,8 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
         info = store.session(session)
         turns = store.turns(info.id, replay_data=as_json)
         runs = store.runs(info.id)
+    from kedi.history.lanes import LaneKey
+
     label = functools.lru_cache(maxsize=None)(LaneKey.label)  # a session names a handful of lanes
     if lane_filter:
         turns = [turn for turn in turns if lane_filter in label(turn.lane)]
