@@ -155,11 +155,10 @@ def run(
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.cli_history import SessionOptions, run_session
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
-
-    from kedi.cli_history import SessionOptions, run_session
 
     source, path = _read_source(file, command)
     stored = None

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kedi.adapters import create_adapter
-from kedi.adapters.base import Adapter, CallRequest, CallResult, Exchange, OutputSpec, ToolSpec, build_request
+from kedi.adapters.base import (
+    Adapter,
+    CallRequest,
+    CallResult,
+    Exchange,
+    OutputSpec,
+    ToolSpec,
+    build_request,
+)
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest

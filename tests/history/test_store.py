@@ -103,3 +103,20 @@ def test_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "junk.db").write_text("not a database at all" * 100)
     with pytest.raises(StoreError, match="not a kedi history store"):
         open_store(tmp_path / "junk.db")
+
+
+def test_a_postgres_location_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kedi.errors import ExtraNotInstalledError
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(ExtraNotInstalledError, match=r'pip install "kedi\[postgres\]"'):
+        open_store("postgresql://kedi@127.0.0.1:1/x")
+
+
+def test_an_unreachable_postgres_server_is_a_clear_error_with_no_password() -> None:
+    pytest.importorskip("psycopg", reason="needs psycopg: pip install 'kedi[postgres]'")
+    with pytest.raises(StoreError, match=r"cannot connect to the history store postgresql://kedi:\*\*\*@127.0.0.1:1/x") as caught:
+        open_store("postgresql://kedi:hunter2@127.0.0.1:1/x", busy_timeout=1)
+    assert "hunter2" not in str(caught.value)

@@ -31,9 +31,7 @@ class PostgresDriver:
         try:
             import psycopg
         except ImportError:
-            raise ExtraNotInstalledError(
-                "KEDI_HISTORY names a PostgreSQL server, which needs psycopg 3: pip install 'kedi[postgres]'"
-            ) from None
+            raise ExtraNotInstalledError("psycopg", "postgres") from None
         self._psycopg = psycopg
         self.location = mask_dsn(dsn)
         try:
