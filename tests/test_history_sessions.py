@@ -202,3 +202,38 @@ def test_trim_and_budget_history_work_directly_as_history_processor() -> None:
         records: list[dict] = []
         program.run_sync(history_processor=processor, transcript=records.append)
         assert [len(record["messages"]) for record in records] == sizes  # whole turns dropped, current kept
+
+
+def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    program = tmp_path / "slow.kedi"
+    marker = tmp_path / "reached"
+    program.write_text(
+        "> history: enabled\n>> first [a]\n"
+        f"```\nimport os, pathlib, time\nif not os.environ.get('FAST'):\n    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(60)\n```\n"
+        ">> second [b]\n= <b>\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", "kedi", "run", str(program), "--session", "slow"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # the first Ctrl-C asks the event loop to cancel; the fence blocks it, so a second one
+    # interrupts the fence itself (Ctrl-C mechanics belong to the runtime, not the store)
+    child.send_signal(signal.SIGINT)
+    try:
+        _, stderr = child.communicate(timeout=1)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    assert child.returncode != 0
+    assert f"Resume with: kedi run {program} --resume slow" in stderr
+    shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "interrupted" and len(shown["turns"]) == 1
+    resumed = kedi("run", str(program), "--resume", "slow", "--transcript", str(tmp_path / "t.jsonl"), env={"FAST": "1"})
+    assert resumed.returncode == 0, resumed.stderr
+    shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "ok" and [t["request"]["prompt"] for t in shown["turns"]] == ["first [a]", "second [b]"]
