@@ -114,19 +114,16 @@ def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | N
 
     class Explainer(SessionRecorder):
         async def send(self, adapter: Any, key: Any, request: Any, lane: Any, live: Any) -> Any:  # noqa: ARG002
-            from kedi.history.persistence import dump_lane_messages
-
             rendered = render_request(adapter, key, request)
-            history = dump_lane_messages(key, request.history, [adapter])
             processor = request.history_processor
+            messages, note = await _request_messages(adapter, key, request)
             lines = [
                 f"next call: {request.origin}",
-                f"lane: {key.label()} ({len(history)} messages in history, cache epoch {request.cache_epoch})",
+                f"lane: {key.label()} ({len(request.history)} messages in history, cache epoch {request.cache_epoch})",
                 f"history processor: {getattr(processor, '__qualname__', repr(processor)) if processor else 'none'}",
                 "instructions:" + (f"\n  {request.instructions}" if request.instructions else " (none)"),
-                "messages:",
-                *(f"  {json.dumps(message, ensure_ascii=False)}" for message in history),
-                f"  {json.dumps({'role': 'user', 'content': request.prompt}, ensure_ascii=False)}",
+                f"messages ({note}):",
+                *(f"  {json.dumps(message, ensure_ascii=False)}" for message in messages),
                 "output schema: " + json.dumps(rendered["output_schema"], ensure_ascii=False),
                 "tools: " + (", ".join(rendered["tools"]) or "none"),
             ]
@@ -143,6 +140,40 @@ def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | N
             return _leaf(found).text
         raise
     return f"{file} makes no model call after session {info.label}"
+
+
+async def _request_messages(adapter: Any, key: LaneKey, request: Any) -> tuple[list[Any], str]:
+    """The messages the call would send: after the history processor, repaired, instructions first.
+
+    Portable lanes are built exactly as their adapters build them (C2); a
+    native lane shows its stored history and the prompt (its framework builds
+    the wire messages).
+    """
+    from kedi.history.grouping import PORTABLE as PORTABLE_MESSAGES
+    from kedi.history.messages import Message
+    from kedi.history.persistence import dump_lane_messages
+    from kedi.history.processors import run_history_processor
+    from kedi.history.repair import build_request_messages
+
+    if key.format != PORTABLE:
+        history = dump_lane_messages(key, request.history, [adapter])
+        return [*history, {"role": "user", "content": request.prompt}], f"{key.format} lane, before processors"
+    history = list(request.history)
+    if request.history_processor is not None:
+        outcome = await run_history_processor(
+            request.history_processor,
+            [*history, Message(role="user", content=request.prompt)],
+            PORTABLE_MESSAGES,
+            adapter_shortname=adapter.shortname,
+            model_id=adapter.model_name,
+            request_index=1,
+            cache_epoch=request.cache_epoch,
+        )
+        history = list(outcome.messages)[:-1]
+    built = build_request_messages(
+        request.instructions, history, request.prompt, run_id=request.run_id, conversation_id=request.conversation_id
+    )
+    return [message.to_json_dict() for message in built], "as sent: after processors and repair"
 
 
 def _leaf(group: BaseExceptionGroup[Any]) -> Any:

@@ -101,6 +101,12 @@ def test_explain_shows_what_the_next_call_sends(chat: Path) -> None:
     explained = kedi("history", "explain", str(chat), "--session", "e")
     assert explained.returncode == 0, explained.stderr
     assert "lane: offline/offline" in explained.stdout and '"content": "remember me"' in explained.stdout
+    trimmed = chat.with_name("trimmed.kedi")
+    trimmed.write_text("> system: Be brief.\n> history:\n    enabled: true\n    max_messages: 1\n[reply] << next\n= <reply>\n")
+    explained = kedi("history", "explain", str(trimmed), "--session", "e")
+    assert explained.returncode == 0, explained.stderr
+    shown = [json.loads(line) for line in explained.stdout.split("messages (as sent: after processors and repair):\n")[1].split("\noutput schema")[0].splitlines()]
+    assert [(m["role"], m["content"]) for m in shown] == [("system", "Be brief."), ("user", "next")]  # the bound dropped the old turn
 
 
 TOOL_PROGRAM = (
