@@ -297,11 +297,16 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
     click.echo("\n".join(out))
 
 
+@functools.cache
+def _styled_role(role: str) -> str:
+    return click.style(role, bold=True)
+
+
 def _message_lines(message: Any) -> list[str]:
     """One message as indented lines: `role: content`, then each tool call as `→ name(args)`."""
     if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
         return [f"  {json.dumps(message, ensure_ascii=False)[:500]}"]
-    role = click.style(str(message["role"]), bold=True)
+    role = _styled_role(str(message["role"]))
     text = str(message.get("content", ""))
     lines = [f"  {role}: {text}" if text else f"  {role}:"]
     for call in message.get("toolCalls", []):

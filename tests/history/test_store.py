@@ -120,3 +120,21 @@ def test_an_unreachable_postgres_server_is_a_clear_error_with_no_password() -> N
     with pytest.raises(StoreError, match=r"cannot connect to the history store postgresql://kedi:\*\*\*@127.0.0.1:1/x") as caught:
         open_store("postgresql://kedi:hunter2@127.0.0.1:1/x", busy_timeout=1)
     assert "hunter2" not in str(caught.value)
+
+
+def test_threads_sharing_one_store_commit_every_turn(location: str) -> None:
+    import threading
+
+    with open_store(location) as store:
+        session = store.create_session()
+
+        def commit_fifty() -> None:
+            for _ in range(50):
+                store.commit_turn(TurnRecord(session_id=session.id, lane=KEY, messages=[]))
+
+        threads = [threading.Thread(target=commit_fifty) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert [turn.seq for turn in store.turns(session.id)] == list(range(1, 201))

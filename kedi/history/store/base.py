@@ -122,6 +122,18 @@ _TURN_COLUMNS = (
     "session_id, seq, run_no, lane, history, epoch, run_id, origin, request, messages, rewritten, "
     "value, usage, exchanges, created"
 )
+_JSON_COLUMNS = ("request", "messages", "rewritten", "value", "usage", "exchanges")
+
+
+def _turn_select(replay_data: bool) -> str:
+    """The turn columns, the JSON ones joined into one array so each row decodes with one `json.loads`."""
+    parts = []
+    for name in _JSON_COLUMNS:
+        if not replay_data and name in ("request", "exchanges"):
+            parts.append("'null'")
+        else:
+            parts.append(f"COALESCE({name}, 'null')")
+    return "session_id, seq, run_no, lane, history, epoch, run_id, origin, created, '[' || " + " || ',' || ".join(parts) + " || ']'"
 
 
 def _session(row: Sequence[Any]) -> SessionInfo:
@@ -132,14 +144,12 @@ def _session(row: Sequence[Any]) -> SessionInfo:
 
 
 def _turn(row: Sequence[Any]) -> TurnRecord:
-    def load(text: Any) -> Any:
-        return None if text is None else json.loads(text)
-
+    request, messages, rewritten, value, usage, exchanges = json.loads(row[9])
     return TurnRecord(
         session_id=row[0], seq=int(row[1]), run_no=int(row[2]), lane=decode_lane_key(row[3]),
-        history=bool(row[4]), epoch=int(row[5]), run_id=row[6], origin=row[7], request=load(row[8]),
-        messages=load(row[9]), rewritten=load(row[10]), value=load(row[11]), usage=load(row[12]),
-        exchanges=load(row[13]), created=float(row[14]),
+        history=bool(row[4]), epoch=int(row[5]), run_id=row[6], origin=row[7], created=float(row[8]),
+        request=request or {}, messages=messages, rewritten=rewritten, value=value, usage=usage,
+        exchanges=exchanges or [],
     )
 
 
@@ -389,8 +399,7 @@ class Store:
         `replay_data=False` leaves out each turn's rendered request and
         transcript lines (empty in the records): what a listing does not show.
         """
-        columns = _TURN_COLUMNS if replay_data else _TURN_COLUMNS.replace("request", "'{}'").replace("exchanges", "'[]'")
-        sql = f"SELECT {columns} FROM turns WHERE session_id = ?"
+        sql = f"SELECT {_turn_select(replay_data)} FROM turns WHERE session_id = ?"
         params: list[Any] = [session_id]
         if run_no is not None:
             sql += " AND run_no = ?"

@@ -9,6 +9,7 @@ run them. The DSN's password never appears in messages.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +34,8 @@ class PostgresDriver:
         except ImportError:
             raise ExtraNotInstalledError("psycopg", "postgres") from None
         self._psycopg = psycopg
+        self._lock = threading.RLock()
+        """One transaction at a time on the connection (procedures may run in threads)."""
         self.location = mask_dsn(dsn)
         try:
             self._connection = psycopg.connect(
@@ -49,7 +52,7 @@ class PostgresDriver:
         """An explicit transaction; rolled back on any exception."""
         psycopg = self._psycopg
         try:
-            with self._connection.transaction(), self._connection.cursor() as cursor:
+            with self._lock, self._connection.transaction(), self._connection.cursor() as cursor:
                 yield cursor
         except psycopg.Error as error:
             raise StoreError(f"history store {self.location}: {_first_line(error)}") from None

@@ -12,6 +12,7 @@ not only a process crash.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,8 @@ class SQLiteDriver:
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.location = str(path)
         self._timeout = busy_timeout
+        self._lock = threading.RLock()
+        """One transaction at a time on the connection (procedures may run in threads)."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._connection = sqlite3.connect(
@@ -62,6 +65,10 @@ class SQLiteDriver:
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Any]:
         """`BEGIN IMMEDIATE` (write) or `BEGIN` (read) ... `COMMIT`; rollback on any exception."""
+        with self._lock:
+            yield from self._transaction(write)
+
+    def _transaction(self, write: bool) -> Iterator[Any]:
         connection = self._connection
         try:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
