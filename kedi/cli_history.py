@@ -81,6 +81,11 @@ class RunSession:
             return ""
         status = "ok"
         failure = None
+        if error is None and self.session.name is None and self.session.turns == 0 and recorder.sent == 0:
+            # an unnamed run that called no model leaves nothing worth listing
+            store.delete_session(self.session.id)
+            store.close()
+            return ""
         if error is not None:
             status = "failed" if isinstance(error, Exception) else "interrupted"
             failure = recorder.failure or {}
@@ -97,9 +102,10 @@ class RunSession:
             return ""
         where = failure.get("origin") if failure else ""
         stage = f" ({failure['stage']})" if failure and failure.get("stage") else ""
+        program = "-c SOURCE" if self.program_label == "<command>" else self.program_label
         return (
             f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
-            f"Resume with: kedi run {self.program_label} --resume {self.session.name or self.session.id}"
+            f"Resume with: kedi run {program} --resume {self.session.name or self.session.id}"
         )
 
 
@@ -125,7 +131,15 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
     from kedi.runtime.sessions import SessionRecorder
 
     options.check()
-    store = None if options.no_store else open_store()
+    asked = bool(options.session or options.continue_last or options.resume or options.replay or options.fork)
+    try:
+        store = None if options.no_store else open_store()
+    except KediError as error:
+        if asked:
+            raise
+        # plain runs are recorded as a convenience: an unusable store must not stop the program
+        click.echo(f"kedi: not recording this run: {error} (KEDI_HISTORY=off silences this)", err=True)
+        return None, None
     if store is None:
         if options.session or options.continue_last or options.resume or options.replay:
             raise KediUsageError(f"the history store is off (KEDI_HISTORY={describe_location()}); "
@@ -163,7 +177,8 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
                 raise KediUsageError(f"--continue: no session in {store.location} yet")
             session = found
         elif options.session:
-            session = store.find_session(options.session) or store.create_session(
+            # exact name or id only: `--session 0196` must not continue a session whose id starts so
+            session = store.find_session(options.session, prefix=False) or store.create_session(
                 name=options.session, program=program_label, model=model or ""
             )
         else:

@@ -62,6 +62,8 @@ def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
     assert kedi("run", str(chat), "--no-store", "--message", "x").returncode == 0
     assert kedi("run", str(chat), "--message", "x", env={"KEDI_HISTORY": "off"}).returncode == 0
     assert len(sessions()) == 2
+    assert kedi("-c", "= `1 + 1`").stdout.strip() == "2"
+    assert len(sessions()) == 2  # an unnamed run that called no model leaves no session
     off = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": "off"})
     assert off.returncode == 1 and "history store is off" in off.stderr
 
@@ -243,3 +245,21 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
     assert shown["runs"][-1]["status"] == "ok" and [t["request"]["prompt"] for t in shown["turns"]] == ["first [a]", "second [b]"]
+
+
+def test_an_unusable_store_does_not_stop_a_plain_run(chat: Path, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database" * 200)
+    plain = kedi("run", str(chat), "--message", "hi", env={"KEDI_HISTORY": str(junk)})
+    assert plain.returncode == 0 and plain.stdout.strip()
+    assert "not recording this run" in plain.stderr and "not a kedi history store" in plain.stderr
+    asked = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": str(junk)})
+    assert asked.returncode == 1 and "not a kedi history store" in asked.stderr and "Traceback" not in asked.stderr
+
+
+def test_session_names_match_exactly_when_creating(chat: Path) -> None:
+    assert kedi("run", str(chat), "--message", "one").returncode == 0
+    (first,) = sessions()
+    assert kedi("run", str(chat), "--session", first["id"][:8], "--message", "two").returncode == 0
+    assert len(sessions()) == 2  # a new session named like an id prefix, not a continuation
+    assert kedi("history", "show", first["id"][:13]).returncode == 0  # prefixes still find sessions to show

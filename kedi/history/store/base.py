@@ -257,11 +257,11 @@ class Store:
             raise
         return SessionInfo(identifier, name, program, model, parent, now, now, 0)
 
-    def find_session(self, ref: str) -> SessionInfo | None:
-        """The session named `ref`, or with id `ref`, or whose id starts with `ref` (if unique)."""
+    def find_session(self, ref: str, *, prefix: bool = True) -> SessionInfo | None:
+        """The session named `ref`, or with id `ref`, or (with `prefix`) whose id starts with `ref` (if unique)."""
         where = f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE "
         rows = self._read(where + "s.name = ? OR s.id = ?", (ref, ref))
-        if not rows and len(ref) >= 4:
+        if not rows and prefix and len(ref) >= 4:
             rows = self._read(where + "s.id LIKE ?", (ref.replace("%", "").replace("_", "") + "%",))
             if len(rows) > 1:
                 raise StoreError(f"{ref!r} matches {len(rows)} sessions; give more of the id")
