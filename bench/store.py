@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,17 +37,19 @@ def commit_latency(location: str, turns: int) -> tuple[float, float]:
     store.extend_schema("bench", 1, ["CREATE TABLE IF NOT EXISTS bench_rows (id BIGINT PRIMARY KEY, body TEXT)"])
     session = store.create_session()
     record = TurnRecord(session_id=session.id, lane=KEY, messages=MESSAGES, request={"prompt": "Name a city"})
-    start = time.perf_counter()
-    for _ in range(turns):
-        store.commit_turn(record)
-    kedi_each = (time.perf_counter() - start) / turns
     body = json.dumps(MESSAGES) + json.dumps(record.request)  # the same bytes, one bare INSERT per transaction
     base = int(time.time() * 1000) * 1000
-    start = time.perf_counter()
+    kedi_times, bare_times = [], []
+    # interleaved, medians: on a shared machine, load drifts between two back-to-back loops
     for index in range(turns):
+        start = time.perf_counter()
+        store.commit_turn(record)
+        kedi_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
         with store.transaction() as tx:
             tx.execute("INSERT INTO bench_rows (id, body) VALUES (?, ?)", (base + index, body))
-    bare_each = (time.perf_counter() - start) / turns
+        bare_times.append(time.perf_counter() - start)
+    kedi_each, bare_each = statistics.median(kedi_times), statistics.median(bare_times)
     store.delete_session(session.id)
     with store.transaction() as tx:
         tx.execute("DELETE FROM bench_rows")

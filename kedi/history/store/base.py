@@ -83,10 +83,9 @@ class StoreTransaction:
         writers of one session get consecutive numbers in commit order.
         """
         now = time.time()
-        rows = self.query(
-            "UPDATE sessions SET turns = turns + 1, updated = ? WHERE id = ? RETURNING turns",
-            (now, turn.session_id),
-        )
+        # `updated` is set when a run begins and ends, not per turn: changing it here would
+        # rewrite a page of its index in every commit as well
+        rows = self.query("UPDATE sessions SET turns = turns + 1 WHERE id = ? RETURNING turns", (turn.session_id,))
         if not rows:
             raise StoreError(f"no session {turn.session_id!r} in the store (removed while running?)")
         seq = int(rows[0][0])
@@ -349,11 +348,13 @@ class Store:
 
     def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
         """Record how a run ended: `ok`, `failed` or `interrupted` (with the failure evidence)."""
+        now = time.time()
         with self.transaction() as tx:
             tx.execute(
                 "UPDATE runs SET finished = ?, status = ?, failure = ? WHERE session_id = ? AND run_no = ?",
-                (time.time(), status, None if failure is None else _json(failure), session_id, run_no),
+                (now, status, None if failure is None else _json(failure), session_id, run_no),
             )
+            tx.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
 
     def reopen_run(self, session_id: str, run_no: int) -> None:
         """Mark a failed run as running again (resuming it)."""
