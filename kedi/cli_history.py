@@ -427,13 +427,18 @@ def import_(file: str, name: str | None) -> None:
     click.echo(report)
 
 
-@history.command("explain")
+@history.command("explain", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
+@click.pass_context
 @_guard
-def explain(file: str, session: str) -> None:
-    """What the next run's first history call would send: lane, messages after processors, instructions."""
+def explain(ctx: click.Context, file: str, session: str) -> None:
+    """What FILE's next model call, continuing SESSION, would send: lane, messages after processors, instructions.
+
+    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`.
+    """
+    from kedi.cli import program_arguments
     from kedi.cli_history_io import explain_next
 
     with _opened() as store:
-        click.echo(explain_next(store, file, session))
+        click.echo(explain_next(store, file, session, program_arguments(ctx.args)))

@@ -103,6 +103,8 @@ def test_explain_shows_what_the_next_call_sends(chat: Path) -> None:
     explained = kedi("history", "explain", str(chat), "--session", "e")
     assert explained.returncode == 0, explained.stderr
     assert "lane: offline/offline" in explained.stdout and '"content": "remember me"' in explained.stdout
+    with_args = kedi("history", "explain", str(chat), "--session", "e", "--message", "what next")
+    assert with_args.returncode == 0 and '"content": "what next"' in with_args.stdout  # program options become args
     trimmed = chat.with_name("trimmed.kedi")
     trimmed.write_text("> system: Be brief.\n> history:\n    enabled: true\n    max_messages: 1\n[reply] << next\n= <reply>\n")
     explained = kedi("history", "explain", str(trimmed), "--session", "e")
