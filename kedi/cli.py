@@ -29,7 +29,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history")
 EXIT_OUTPUT_FAILED = 74
 """The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
 _OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
@@ -102,8 +102,10 @@ def _stderr_text(text: str) -> None:
     click.echo(text, nl=False, err=True)
 
 
-def _fail(error: KediError) -> NoReturn:
+def _fail(error: KediError, hint: str = "") -> NoReturn:
     click.echo(error.render(), err=True)
+    if hint:
+        click.echo(hint, err=True)
     sys.exit(1)
 
 
@@ -174,6 +176,13 @@ def main() -> None:
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
 @click.option("--stream", is_flag=True, help="Show the reply text of text calls on stderr as it arrives.")
+@click.option("--session", metavar="NAME", help="Create or continue the named session in the history store.")
+@click.option("-C", "--continue", "continue_last", is_flag=True, help="Continue the most recent session.")
+@click.option("--fork", metavar="NAME", help="Branch the session into a copy named NAME (the parent is recorded).")
+@click.option("--no-store", "no_store", is_flag=True, help="Run without recording (also KEDI_HISTORY=off).")
+@click.option("--resume", metavar="SESSION", help="Continue the session's failed run from its partial.")
+@click.option("--replay", metavar="SESSION", help="Serve every model call from the session's last run.")
+@click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -186,30 +195,46 @@ def run(
     parallel: str | None,
     quiet: bool,
     stream: bool,
+    **session_options: Any,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.cli_history import SessionOptions, run_session
     from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
     source, path = _read_source(file, command)
+    stored = None
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
-        result = program.run_sync(
-            args=program_arguments(ctx.args),
-            adapter=adapter,
-            model=model,
-            transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
-            parallel=workers,
-            quiet=quiet,
-            on_delta=_stderr_text if stream else None,
-        )
+        stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
+        try:
+            result = program.run_sync(
+                args=program_arguments(ctx.args),
+                adapter=adapter,
+                model=model,
+                transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
+                parallel=workers,
+                quiet=quiet,
+                on_delta=_stderr_text if stream else None,
+                conversation=conversation,
+                recorder=stored and stored.recorder,
+            )
+        except BaseException as error:
+            hint = stored.finish(error) if stored is not None else ""
+            if isinstance(error, KediError):
+                _fail(error, hint)
+            if hint:
+                click.echo(hint, err=True)
+            raise
+        if stored is not None:
+            stored.finish(None)
     except KediError as error:
         _fail(error)
     finally:
@@ -374,3 +399,23 @@ def chat(adapter: str | None, model: str | None, system: str | None, max_message
         _fail(error)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+class _HistoryGroup(click.Group):
+    """`kedi history`: its subcommands live in `kedi.cli_history`, imported only when used."""
+
+    def _real(self) -> click.Group:
+        from kedi.cli_history import history
+
+        return history
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._real().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._real().get_command(ctx, cmd_name)
+
+
+@main.group(cls=_HistoryGroup)
+def history() -> None:
+    """List, show, compare, export and clean up stored sessions (KEDI_HISTORY)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast as python_ast
 import inspect
 import json
+import os
 import re
 import subprocess
 import sys
@@ -139,6 +140,8 @@ LAYERS = (
     Layer("kedi.cli", _ANYTHING),
     Layer("kedi.cli_transcript", _ANYTHING),
     Layer("kedi.cli_chat", _ANYTHING),
+    Layer("kedi.cli_history", _ANYTHING),
+    Layer("kedi.cli_history_io", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),
@@ -375,7 +378,8 @@ def _python(script: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", **env},
+        # the clean environment keeps the test's own history store (kedi run records by default)
+        env={"PATH": "/usr/bin:/bin", "KEDI_HISTORY": os.environ.get("KEDI_HISTORY", "off"), **env},
     )
     assert result.returncode == 0, result.stderr
     return result

@@ -330,6 +330,18 @@ class AdapterRegistry:
     create: Callable[[Any, str | None], LaneOwner] | None = None
     lookup: Callable[[str], Any] | None = None
 
+    @classmethod
+    def ensure(cls) -> None:
+        """Fill the registry if nothing has yet (`import kedi` alone loads no adapter module).
+
+        Imported by name: the registry module registers itself on import, and
+        naming it as a string keeps history below the adapters layer.
+        """
+        if cls.create is None or cls.lookup is None:
+            import importlib
+
+            importlib.import_module("kedi.adapters")
+
 
 def register_adapters(create: Callable[[Any, str | None], Any], lookup: Callable[[str], Any]) -> None:
     """Called by `kedi.adapters`: the functions that build and find adapters by name."""
@@ -341,6 +353,7 @@ def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     """The adapter a run given `adapter=` and `model=` would use (an instance is used as is)."""
     if adapter is not None and not isinstance(adapter, str) and model is None:
         return adapter  # type: ignore[no-any-return]
+    AdapterRegistry.ensure()
     if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
         raise KediUsageError("no adapter registry: import kedi before using conversations")
     return AdapterRegistry.create(adapter, model)

@@ -42,6 +42,36 @@ def _check_bound(owner: str, name: str, value: object) -> int:
     return value
 
 
+def _is_context(argument: Any) -> bool:
+    return hasattr(argument, "groups") and hasattr(argument, "request_index")
+
+
+def _history_of(argument: Any) -> Any:
+    """The messages to trim: the argument itself, or a processor context's `messages`.
+
+    So `trim_history(n)` and `budget_history(...)` work both on a plain list
+    and passed directly as `history_processor=` (which receives a
+    `HistoryProcessorContext`).
+    """
+    return argument.messages if _is_context(argument) else argument
+
+
+def _whole_groups(argument: Any, kept: list[Message]) -> list[Message]:
+    """As a history processor, keep whole lifecycle groups: move the cut forward to a group start.
+
+    Moving the start later only removes messages, so a trim stays within
+    its count and a budget within its tokens; the current request (last)
+    always stays.
+    """
+    if not _is_context(argument):
+        return kept
+    messages = list(argument.messages)
+    cut = len(messages) - len(kept)
+    starts = sorted(group.entry_start for group in argument.groups if group.entry_start >= cut)
+    start = starts[0] if starts else len(messages) - 1
+    return as_messages(messages[start:])
+
+
 def trim_history(max_messages: int) -> Processor:
     """A processor keeping at most the last `max_messages` messages, at a safe boundary.
 
@@ -52,7 +82,10 @@ def trim_history(max_messages: int) -> Processor:
     """
     limit = _check_bound("trim_history", "max_messages", max_messages)
 
-    def trim(messages: HistoryInput) -> list[Message]:
+    def trim(argument: HistoryInput) -> list[Message]:
+        return _whole_groups(argument, _trim(_history_of(argument)))
+
+    def _trim(messages: HistoryInput) -> list[Message]:
         # Only the tail is coerced: trimming runs before validation (C6), and
         # skipping the rest keeps trim cheap on long lanes.
         length, history = history_tail(messages, limit)
@@ -97,7 +130,10 @@ def budget_history(counter: TokenCounter | None, max_tokens: int) -> Processor:
             )
         return tokens
 
-    def budget_trim(messages: HistoryInput) -> list[Message]:
+    def budget_trim(argument: HistoryInput) -> list[Message]:
+        return _whole_groups(argument, _budget(_history_of(argument)))
+
+    def _budget(messages: HistoryInput) -> list[Message]:
         history = as_messages(messages)
         if not history:
             return history

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 from kedi.adapters import create_adapter
 from kedi.adapters.base import (
     Adapter,
+    CallRequest,
     CallResult,
     Exchange,
     OutputSpec,
@@ -34,6 +35,7 @@ from kedi.runtime.transcripts import LinearRecords, encode_line, write_line
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
     from kedi.runtime.scopes import AgentState
+    from kedi.runtime.sessions import SessionRecorder
     from kedi.runtime.tools import ToolBuilder
 
 OFFLINE_NOTICE = "kedi: no model configured; using the offline model (deterministic replies). Set --model or KEDI_MODEL for a real one."
@@ -169,6 +171,8 @@ class CallLayer:
         self.quiet = quiet
         self.limiter: Any = None
         """Set by a parallel run: bounds model requests in flight."""
+        self.recorder: SessionRecorder | None = None
+        """Set when the run is recorded to, replayed from or resumed from the history store."""
         self._adapters: dict[tuple[Any, ...], Adapter] = {}
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
@@ -271,7 +275,9 @@ class CallLayer:
         """
         prompt, instructions = texts if isinstance(texts, tuple) else await texts()
         adapter = plan.adapter
-        run_id = self.run_id
+        recorder = self.recorder
+        # Replayed and resumed calls keep the run id they were recorded with.
+        run_id = (recorder is not None and recorder.recorded_run_id(plan.key)) or self.run_id
         call_id = new_id()
         conversation_id = self.conversation.conversation_id
         history_on = lane is not None
@@ -300,6 +306,12 @@ class CallLayer:
             if transcript is None
             else _exchange_sink(transcript, adapter, plan.key, history_on, (run_id, call_id, conversation_id), plan.settings),
         )
+        if recorder is not None:
+            return await recorder.send(adapter, plan.key, request, lane, lambda sent: self._request(sent, adapter))
+        return await self._request(request, adapter)
+
+    async def _request(self, request: CallRequest, adapter: Adapter) -> CallResult:
+        """Check and send one request to its adapter (within the parallel limiter)."""
         if not adapter.checks_requests:
             adapter.check(request)
         if self.limiter is None:

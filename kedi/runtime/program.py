@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
@@ -49,6 +49,9 @@ class RunResult:
     """Token and request counts of all the run's calls."""
     conversation: Conversation
     """The conversation the run used: the one passed, a fork of it, or a new one."""
+
+if TYPE_CHECKING:
+    from kedi.runtime.sessions import SessionRecorder
 
 
 class Program:
@@ -86,6 +89,7 @@ class Program:
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        recorder: SessionRecorder | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -102,6 +106,8 @@ class Program:
         of text calls (raw invokes, templates without captures) piece by piece
         as it arrives, on adapters that stream; structured calls deliver
         their validated value at the end, as usual.
+        `recorder` links the run to a session of the history store (recording,
+        replay, resume; see `kedi.runtime.sessions`).
         """
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
@@ -118,6 +124,7 @@ class Program:
             env=env,
             quiet=quiet,
         )
+        layer.recorder = recorder
         defaults = config_module.current()
         agent = initial_agent(
             system if system is not None else defaults.system,

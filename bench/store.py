@@ -1,0 +1,125 @@
+"""History-store figures, side by side in one run: `python bench/store.py [--turns N]`.
+
+1. Commit latency per turn vs a bare INSERT of the same bytes in the same
+   transaction mode (SQLite always; PostgreSQL when KEDI_TEST_POSTGRES_DSN is set).
+2. `kedi history show` of a 10,000-turn session (wall, a real process) vs the
+   `sqlite3` CLI dumping the same rows.
+3. `kedi run --replay` vs the live offline run of the same program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kedi  # noqa: E402,F401
+from kedi.history.lanes import LaneKey  # noqa: E402
+from kedi.history.store import TurnRecord, open_store  # noqa: E402
+
+KEY = LaneKey("offline", "offline", "digest")
+MESSAGES = [{"role": "user", "content": "Name a city " * 10}, {"role": "assistant", "content": '{"city": "Paris"}'}]
+
+
+def commit_latency(location: str, turns: int) -> tuple[float, float]:
+    store = open_store(location)
+    assert store is not None
+    store.extend_schema("bench", 1, ["CREATE TABLE IF NOT EXISTS bench_rows (id BIGINT PRIMARY KEY, body TEXT)"])
+    session = store.create_session()
+    record = TurnRecord(session_id=session.id, lane=KEY, messages=MESSAGES, request={"prompt": "Name a city"})
+    body = json.dumps(MESSAGES) + json.dumps(record.request)  # the same bytes, one bare INSERT per transaction
+    base = int(time.time() * 1000) * 1000
+    kedi_times, bare_times = [], []
+    # interleaved, medians: on a shared machine, load drifts between two back-to-back loops
+    for index in range(turns):
+        start = time.perf_counter()
+        store.commit_turn(record)
+        kedi_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO bench_rows (id, body) VALUES (?, ?)", (base + index, body))
+        bare_times.append(time.perf_counter() - start)
+    kedi_each, bare_each = statistics.median(kedi_times), statistics.median(bare_times)
+    store.delete_session(session.id)
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM bench_rows")
+    store.close()
+    return kedi_each, bare_each
+
+
+def show_big_session(directory: Path, turns: int) -> tuple[float, float, float | None]:
+    location = directory / "big.db"
+    store = open_store(location)
+    assert store is not None
+    session = store.create_session(name="big")
+    with store.transaction() as tx:
+        for _ in range(turns):
+            tx.commit_turn(TurnRecord(session_id=session.id, lane=KEY, messages=MESSAGES))
+    store.close()
+    env = {**os.environ, "KEDI_HISTORY": str(location), "PYTHONPATH": str(ROOT)}
+    def best(*command: str) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    show = best(sys.executable, "-m", "kedi", "history", "show", "big")
+    startup = best(sys.executable, "-m", "kedi", "--version")
+    dump = None
+    if shutil.which("sqlite3"):
+        dump = best("sqlite3", str(location), "SELECT * FROM turns ORDER BY seq")
+    return show, startup, dump
+
+
+def replay_overhead(directory: Path) -> tuple[float, float]:
+    program = ROOT / "examples" / "chat_with_history.kedi"
+    env = {**os.environ, "KEDI_HISTORY": str(directory / "replay.db"), "PYTHONPATH": str(ROOT)}
+
+    def timed(*args: str) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "kedi", "run", str(program), "--model", "offline", *args],
+                           env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    subprocess.run([sys.executable, "-m", "kedi", "run", str(program), "--model", "offline", "--session", "rec"],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+    return timed("--replay", "rec"), timed("--no-store")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=300, help="turns per commit-latency measurement")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        locations = [("sqlite", str(directory / "latency.db"))]
+        if os.environ.get("KEDI_TEST_POSTGRES_DSN"):
+            locations.append(("postgresql", os.environ["KEDI_TEST_POSTGRES_DSN"]))
+        for kind, location in locations:
+            kedi_each, bare_each = commit_latency(location, options.turns)
+            print(f"commit per turn, {kind:10}: kedi {kedi_each * 1e3:7.3f} ms  bare INSERT {bare_each * 1e3:7.3f} ms  "
+                  f"ratio {kedi_each / bare_each:.2f}x")
+        show, startup, dump = show_big_session(directory, 10_000)
+        print(f"kedi history show, 10,000 turns: {show:.3f} s wall (kedi --version alone: {startup:.3f} s)"
+              + (f"  sqlite3 CLI dump {dump:.3f} s  ratio {show / dump:.1f}x" if dump else "  (no sqlite3 CLI)"))
+        replayed, live = replay_overhead(directory)
+        print(f"kedi run (chat example): replay {replayed:.3f} s  live offline --no-store {live:.3f} s  ratio {replayed / live:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,444 @@
+"""`kedi run`'s session options and the `kedi history` command.
+
+`kedi run` links each run to a session of the history store
+(`kedi.history.store`): `--session NAME` creates or continues a named one,
+`-C/--continue` the most recent, `--fork NAME` branches a copy, `--resume`
+continues a failed run, `--replay` serves every call from the recording and
+`--record` re-records it; `--no-store` (or `KEDI_HISTORY=off`) keeps nothing.
+A run with none of these is still recorded, as an unnamed session.
+
+`kedi history ls|show|diff|explain|export|import|rm|gc` inspects the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kedi.errors import KediError, KediUsageError
+
+if TYPE_CHECKING:
+    from kedi.history.store import SessionInfo
+    from kedi.history.store.base import Store
+    from kedi.runtime.program import Program
+    from kedi.runtime.sessions import SessionRecorder
+
+__all__ = ["RunSession", "history", "run_session"]
+
+EXPORT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """The session options of one `kedi run`."""
+
+    session: str | None = None
+    continue_last: bool = False
+    fork: str | None = None
+    no_store: bool = False
+    resume: str | None = None
+    replay: str | None = None
+    record: bool = False
+
+    def check(self) -> None:
+        """Refuse combinations that mean nothing."""
+        sources = [name for name, given in (("--session", self.session), ("--continue", self.continue_last),
+                                            ("--resume", self.resume), ("--replay", self.replay)) if given]
+        if len(sources) > 1:
+            raise click.UsageError(f"give one of {', '.join(sources)}, not several")
+        if self.fork and not (self.session or self.continue_last):
+            raise click.UsageError("--fork NAME branches a session: add --session SOURCE or --continue")
+        if self.record and not self.replay:
+            raise click.UsageError("--record re-records a session: use it with --replay SESSION")
+        if self.no_store and (sources or self.fork):
+            raise click.UsageError(f"--no-store cannot be combined with {(sources or ['--fork'])[0]}")
+
+
+@dataclass
+class RunSession:
+    """A run's session: the store, the session, and the recorder passed to `Program.run`."""
+
+    store: Store
+    session: SessionInfo
+    recorder: SessionRecorder
+    program_label: str
+
+    def finish(self, error: BaseException | None) -> str:
+        """Record how the run ended; for a stopped run, return the line saying where and how to resume."""
+        store, recorder = self.store, self.recorder
+        if recorder.mode == "replay" and not recorder.record:
+            store.close()
+            return ""
+        status = "ok"
+        failure = None
+        if error is None and self.session.name is None and self.session.turns == 0 and recorder.sent == 0:
+            # an unnamed run that called no model leaves nothing worth listing
+            store.delete_session(self.session.id)
+            store.close()
+            return ""
+        if error is not None:
+            status = "failed" if isinstance(error, Exception) else "interrupted"
+            failure = recorder.failure or {}
+            failure.setdefault("error", _first_line(error))
+            failure.setdefault("origin", _origin_of(error))
+        try:
+            store.finish_run(self.session.id, recorder.run_no, status, failure=failure)
+            if recorder.model_label and recorder.model_label != self.session.model:
+                with store.transaction() as tx:
+                    tx.execute("UPDATE sessions SET model = ? WHERE id = ?", (recorder.model_label, self.session.id))
+        finally:
+            store.close()
+        if error is None:
+            return ""
+        where = failure.get("origin") if failure else ""
+        stage = f" ({failure['stage']})" if failure and failure.get("stage") else ""
+        program = "-c SOURCE" if self.program_label == "<command>" else self.program_label
+        return (
+            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
+            f"Resume with: kedi run {program} --resume {self.session.name or self.session.id}"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+_LOCATION = re.compile(r"([^\s:]+\.kedi:\d+)")
+
+
+def _origin_of(error: BaseException) -> str:
+    found = _LOCATION.search(error.render() if isinstance(error, KediError) else str(error))
+    return found.group(1) if found else ""
+
+
+def run_session(options: SessionOptions, program: Program, program_label: str, model: str | None) -> tuple[RunSession | None, Any]:
+    """Open the store and the session a run uses; return it and the conversation to run in.
+
+    Returns `(None, None)` when nothing is stored (`--no-store`, `KEDI_HISTORY=off`).
+    """
+    from kedi.history.store import describe_location, open_store
+    from kedi.runtime.sessions import SessionRecorder
+
+    options.check()
+    asked = bool(options.session or options.continue_last or options.resume or options.replay or options.fork)
+    try:
+        store = None if options.no_store else open_store()
+    except KediError as error:
+        if asked:
+            raise
+        # plain runs are recorded as a convenience: an unusable store must not stop the program
+        click.echo(f"kedi: not recording this run: {error} (KEDI_HISTORY=off silences this)", err=True)
+        return None, None
+    if store is None:
+        if options.session or options.continue_last or options.resume or options.replay:
+            raise KediUsageError(f"the history store is off (KEDI_HISTORY={describe_location()}); "
+                                 "session options need it")
+        return None, None
+    try:
+        if options.replay or options.resume:
+            ref = options.replay or options.resume
+            session = store.session(ref)  # type: ignore[arg-type]
+            runs = store.runs(session.id)
+            if not runs:
+                raise KediUsageError(f"session {session.label!r} has no recorded run")
+            last = runs[-1]
+            if options.resume and last.status not in ("failed", "interrupted", "running"):
+                raise KediUsageError(
+                    f"session {session.label!r}: its last run ended {last.status}; there is nothing to resume "
+                    f"(continue it with --session {session.label})"
+                )
+            conversation = store.load_conversation(session.id, before_run=last.run_no)
+            recorded = store.turns(session.id, run_no=last.run_no)
+            if options.record:
+                store.delete_run_turns(session.id, last.run_no)
+                store.reopen_run(session.id, last.run_no)
+                recorder = SessionRecorder(store, session.id, last.run_no)
+            elif options.replay:
+                recorder = SessionRecorder(store, session.id, last.run_no, mode="replay", record=False, recorded=recorded)
+            else:
+                store.reopen_run(session.id, last.run_no)
+                recorder = SessionRecorder(store, session.id, last.run_no, mode="resume", recorded=recorded,
+                                           failure=last.failure)
+            return RunSession(store, session, recorder, program_label), conversation
+        if options.continue_last:
+            found = store.latest_session()
+            if found is None:
+                raise KediUsageError(f"--continue: no session in {store.location} yet")
+            session = found
+        elif options.session:
+            # exact name or id only: `--session 0196` must not continue a session whose id starts so
+            session = store.find_session(options.session, prefix=False) or store.create_session(
+                name=options.session, program=program_label, model=model or ""
+            )
+        else:
+            session = store.create_session(program=program_label, model=model or "")
+        if options.fork:
+            session = store.fork_session(session.id, name=options.fork)
+        conversation = store.load_conversation(session.id)
+        run_no = store.begin_run(session.id, program=program_label)
+        return RunSession(store, session, SessionRecorder(store, session.id, run_no), program_label), conversation
+    except BaseException:
+        store.close()
+        raise
+
+
+# =========================================================================== kedi history
+
+
+@contextmanager
+def _opened() -> Iterator[Store]:
+    from kedi.history.store import describe_location, open_store
+
+    store = open_store()
+    if store is None:
+        raise KediUsageError(f"the history store is off (KEDI_HISTORY={describe_location()})")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _fail(error: KediError) -> None:
+    click.echo(error.render(), err=True)
+    sys.exit(1)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # piped output (tests, `| less`) gets wide rows instead of rich's 80 columns
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+@click.group()
+def history() -> None:
+    """List, show, compare, export and clean up stored sessions (KEDI_HISTORY)."""
+
+
+def _guard(function: Any) -> Any:
+    """Render a `KediError` as kedi does (exit 1), never a traceback."""
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except KediError as error:
+            _fail(error)
+
+    return wrapper
+
+
+@history.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@click.option("--limit", type=int, default=None, help="Show at most N sessions.")
+@_guard
+def list_sessions(as_json: bool, limit: int | None) -> None:
+    """Sessions, most recently used first: id, name, program, model, turns, last used."""
+    with _opened() as store:
+        sessions = store.sessions(limit=limit)
+    if as_json:
+        click.echo(json.dumps([asdict(session) for session in sessions], ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "name", "program", "model", "turns", "status", "last used"):
+        table.add_column(column, justify="right" if column == "turns" else "left")
+    for session in sessions:
+        table.add_row(session.id, session.name or "", session.program, session.model, str(session.turns),
+                      session.status, _when(session.updated))
+    _console().print(table)
+
+
+@history.command("show")
+@click.argument("session")
+@click.option("--lane", "lane_filter", metavar="KEY", help="Only turns of lanes whose label contains KEY.")
+@click.option("--json", "as_json", is_flag=True, help="The turns as JSON.")
+@_guard
+def show(session: str, lane_filter: str | None, as_json: bool) -> None:
+    """A session's turns: roles, captures, tool calls, usage."""
+    with _opened() as store:
+        info = store.session(session)
+        turns = store.turns(info.id, replay_data=as_json)
+        runs = store.runs(info.id)
+    from kedi.history.lanes import LaneKey
+
+    label = functools.lru_cache(maxsize=None)(LaneKey.label)  # a session names a handful of lanes
+    if lane_filter:
+        turns = [turn for turn in turns if lane_filter in label(turn.lane)]
+    if as_json:
+        click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
+                               "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
+        return
+    # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
+    # (rich parsed every line's markup: 9 s), and the styles vanish when piped.
+    bold = functools.partial(click.style, bold=True)
+    out: list[str] = [
+        f"{bold('session')} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
+        f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
+    ]
+    for turn in turns:
+        usage = turn.usage or {}
+        out.append(
+            f"\n{click.style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
+            f"lane {label(turn.lane)}{'' if turn.history else '  (no history)'}  "
+            f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
+        )
+        for message in turn.messages:
+            out.extend(_message_lines(message))
+        if isinstance(turn.value, dict):
+            captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
+            out.append(f"  {click.style('captures', fg='green')} {captures}")
+    for run in runs:
+        if run.failure:
+            out.append(
+                "\n" + click.style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+                + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+            )
+    click.echo("\n".join(out))
+
+
+@functools.cache
+def _styled_role(role: str) -> str:
+    return click.style(role, bold=True)
+
+
+def _message_lines(message: Any) -> list[str]:
+    """One message as indented lines: `role: content`, then each tool call as `→ name(args)`."""
+    if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
+        return [f"  {json.dumps(message, ensure_ascii=False)[:500]}"]
+    role = _styled_role(str(message["role"]))
+    text = str(message.get("content", ""))
+    lines = [f"  {role}: {text}" if text else f"  {role}:"]
+    for call in message.get("toolCalls", []):
+        lines.append("    " + click.style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
+    if message.get("role") == "tool" and message.get("toolName"):
+        lines[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
+    return lines
+
+
+def _turn_json(turn: Any) -> dict[str, Any]:
+    data = asdict(turn)
+    data["lane"] = {"label": turn.lane.label(), **asdict(turn.lane)}
+    return data
+
+
+@history.command("diff")
+@click.argument("first")
+@click.argument("second")
+@_guard
+def diff(first: str, second: str) -> None:
+    """Where two sessions (or a session and its fork) first diverge."""
+    with _opened() as store:
+        a, b = store.session(first), store.session(second)
+        left, right = store.turns(a.id), store.turns(b.id)
+    for index, (x, y) in enumerate(zip(left, right, strict=False)):
+        if (x.lane, x.request, x.messages) != (y.lane, y.request, y.messages):
+            click.echo(f"first divergence at turn {index + 1} ({x.origin or '?'} vs {y.origin or '?'}):")
+            import difflib
+
+            show_a = json.dumps({"lane": x.lane.label(), "request": x.request, "messages": x.messages}, indent=2, sort_keys=True, ensure_ascii=False)
+            show_b = json.dumps({"lane": y.lane.label(), "request": y.request, "messages": y.messages}, indent=2, sort_keys=True, ensure_ascii=False)
+            click.echo("\n".join(difflib.unified_diff(show_a.splitlines(), show_b.splitlines(), a.label, b.label, lineterm="")))
+            sys.exit(1)
+    if len(left) != len(right):
+        longer, n = (a, len(left)) if len(left) > len(right) else (b, len(right))
+        click.echo(f"the first {min(len(left), len(right))} turns agree; {longer.label} goes on to turn {n}")
+        sys.exit(1)
+    click.echo(f"no divergence: both have the same {len(left)} turns")
+
+
+@history.command("rm")
+@click.argument("sessions", nargs=-1, required=True)
+@_guard
+def remove(sessions: tuple[str, ...]) -> None:
+    """Remove sessions (by name, id or id prefix)."""
+    with _opened() as store:
+        for ref in sessions:
+            info = store.session(ref)
+            store.delete_session(info.id)
+            click.echo(f"removed {info.label}")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@history.command("gc")
+@click.option("--older-than", "older_than", required=True, metavar="AGE", help="Like 30d, 12h, 90m, 2w.")
+@_guard
+def collect(older_than: str) -> None:
+    """Remove sessions not used for AGE."""
+    match = _DURATION.match(older_than)
+    if match is None:
+        raise click.BadParameter(f"{older_than!r}: give a number and a unit s/m/h/d/w, e.g. 30d", param_hint="--older-than")
+    with _opened() as store:
+        removed = store.gc(float(match.group(1)) * _UNIT[match.group(2)])
+    click.echo(f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} unused for {older_than}")
+
+
+@history.command("export")
+@click.argument("session")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to PATH instead of stdout.")
+@_guard
+def export(session: str, output: str | None) -> None:
+    """A session as portable JSON (runs and turns; no secrets)."""
+    with _opened() as store:
+        info = store.session(session)
+        document = {
+            "kedi_session_export": EXPORT_VERSION,
+            "session": asdict(info),
+            "runs": [asdict(run) for run in store.runs(info.id)],
+            "turns": [{**asdict(turn), "lane": asdict(turn.lane)} for turn in store.turns(info.id)],
+        }
+    text = json.dumps(document, ensure_ascii=False)
+    if output:
+        from kedi.history.persistence import write_atomic
+
+        write_atomic(output, text + "\n")
+    else:
+        click.echo(text)
+
+
+@history.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--name", help="Name the imported session (default: its exported name, if free).")
+@_guard
+def import_(file: str, name: str | None) -> None:
+    """Import an exported session: validated, sanitized (C5), under a new id; prints a report."""
+    from kedi.cli_history_io import import_session
+
+    with _opened() as store:
+        report = import_session(store, Path(file), name=name)
+    click.echo(report)
+
+
+@history.command("explain", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("file")
+@click.option("--session", "session", required=True, help="The session whose next call to explain.")
+@click.pass_context
+@_guard
+def explain(ctx: click.Context, file: str, session: str) -> None:
+    """What FILE's next model call, continuing SESSION, would send: lane, messages after processors, instructions.
+
+    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`.
+    """
+    from kedi.cli import program_arguments
+    from kedi.cli_history_io import explain_next
+
+    with _opened() as store:
+        click.echo(explain_next(store, file, session, program_arguments(ctx.args)))

@@ -1,0 +1,267 @@
+"""`kedi run` sessions, `kedi history`, failed-run resume and deterministic replay, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.kedi"))
+CHAT = "> history: enabled\n[reply] << <`args.message`>\n= <reply>\n"
+
+
+def kedi(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kedi", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd or ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+def sessions() -> list[dict]:
+    done = kedi("history", "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def chat(tmp_path: Path) -> Path:
+    path = tmp_path / "chat.kedi"
+    path.write_text(CHAT)
+    return path
+
+
+def test_a_named_session_continues_in_the_next_run(chat: Path, tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["first reply", "second reply"]))
+    model = f"script:{script}"
+    assert kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "hi").returncode == 0
+    second = kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "again", "--transcript", str(tmp_path / "t.jsonl"))
+    assert second.returncode == 0, second.stderr
+    sent = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])["messages"]
+    assert [m["content"] for m in sent] == ["hi", "first reply", "again"]  # the earlier run's turn came back
+    (listed,) = sessions()
+    assert listed["name"] == "s1" and listed["turns"] == 2 and listed["program"] == str(chat)
+
+
+def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
+    assert kedi("run", str(chat), "--message", "one").returncode == 0
+    assert len(sessions()) == 1  # a run without --session is still recorded
+    assert kedi("run", str(chat), "-C", "--message", "two").returncode == 0
+    (only,) = sessions()
+    assert only["turns"] == 2
+    assert kedi("run", str(chat), "-C", "--fork", "branch", "--message", "three").returncode == 0
+    forked = {s["name"]: s for s in sessions()}["branch"]
+    assert forked["parent"] == only["id"] and forked["id"] != only["id"] and forked["turns"] == 3
+    assert kedi("run", str(chat), "--no-store", "--message", "x").returncode == 0
+    assert kedi("run", str(chat), "--message", "x", env={"KEDI_HISTORY": "off"}).returncode == 0
+    assert len(sessions()) == 2
+    assert kedi("-c", "= `1 + 1`").stdout.strip() == "2"
+    assert len(sessions()) == 2  # an unnamed run that called no model leaves no session
+    off = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": "off"})
+    assert off.returncode == 1 and "history store is off" in off.stderr
+
+
+def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> None:
+    assert kedi("run", str(chat), "--session", "a", "--message", "hello there").returncode == 0
+    shown = kedi("history", "show", "a")
+    assert shown.returncode == 0 and "user: hello there" in shown.stdout and "assistant:" in shown.stdout
+    data = json.loads(kedi("history", "show", "a", "--json").stdout)
+    assert data["turns"][0]["messages"][0] == {"role": "user", "content": "hello there", **{
+        k: data["turns"][0]["messages"][0][k] for k in ("runId", "conversationId")}}
+    assert "offline" in kedi("history", "ls").stdout
+    exported = tmp_path / "a.json"
+    assert kedi("history", "export", "a", "-o", str(exported)).returncode == 0
+    document = json.loads(exported.read_text())
+    document["turns"][0]["messages"].insert(0, {"role": "system", "content": "injected"})
+    exported.write_text(json.dumps(document))
+    imported = kedi("history", "import", str(exported), "--name", "b")
+    assert imported.returncode == 0 and "1 system prompts dropped" in imported.stdout
+    assert kedi("history", "diff", "a", "b").returncode == 0  # the sanitized import equals the original
+    assert kedi("run", str(chat), "--session", "b", "--message", "more").returncode == 0
+    diff = kedi("history", "diff", "a", "b")
+    assert diff.returncode == 1 and "b goes on to turn 2" in diff.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    refused = kedi("history", "import", str(bad))
+    assert refused.returncode == 1 and "not a kedi session export" in refused.stderr and "Traceback" not in refused.stderr
+    assert kedi("history", "gc", "--older-than", "30d").stdout.startswith("removed 0 sessions")
+    assert kedi("history", "rm", "a").returncode == 0
+    assert [s["name"] for s in sessions()] == ["b"]
+    missing = kedi("history", "show", "nope")
+    assert missing.returncode == 1 and "no session 'nope'" in missing.stderr
+
+
+def test_explain_shows_what_the_next_call_sends(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "e", "--message", "remember me").returncode == 0
+    explained = kedi("history", "explain", str(chat), "--session", "e")
+    assert explained.returncode == 0, explained.stderr
+    assert "lane: offline/offline" in explained.stdout and '"content": "remember me"' in explained.stdout
+    with_args = kedi("history", "explain", str(chat), "--session", "e", "--message", "what next")
+    assert with_args.returncode == 0 and '"content": "what next"' in with_args.stdout  # program options become args
+    trimmed = chat.with_name("trimmed.kedi")
+    trimmed.write_text("> system: Be brief.\n> history:\n    enabled: true\n    max_messages: 1\n[reply] << next\n= <reply>\n")
+    explained = kedi("history", "explain", str(trimmed), "--session", "e")
+    assert explained.returncode == 0, explained.stderr
+    shown = [json.loads(line) for line in explained.stdout.split("messages (as sent: after processors and repair):\n")[1].split("\noutput schema")[0].splitlines()]
+    assert [(m["role"], m["content"]) for m in shown] == [("system", "Be brief."), ("user", "next")]  # the bound dropped the old turn
+
+
+TOOL_PROGRAM = (
+    "```\ndef lookup(q: str) -> str:\n    \"\"\"Look q up.\"\"\"\n    return 'found ' + q\n```\n"
+    "> history: enabled\n[first] << Say hi\n> use: lookup\n[a] << Look it up\n= `first + ' / ' + a`\n"
+)
+
+
+def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_calls(tmp_path: Path) -> None:
+    program = tmp_path / "tools.kedi"
+    program.write_text(TOOL_PROGRAM)
+    replies = ["hi", {"tool_calls": [{"id": "c1", "name": "lookup", "args": {"q": "x"}}]}, {"error": "overloaded"}]
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    failed = kedi("run", str(program), "--model", f"script:{script}", "--session", "t")
+    assert failed.returncode == 1
+    assert f"Resume with: kedi run {program} --resume t" in failed.stderr
+    assert f"{program}:" in failed.stderr.splitlines()[-1]
+    runs = json.loads(kedi("history", "show", "t", "--json").stdout)["runs"]
+    assert runs[-1]["status"] == "failed" and '"tools":""' not in runs[-1]["failure"]["lane"]
+    assert [m["role"] for m in runs[-1]["failure"]["messages"]][-3:] == ["user", "assistant", "tool"]
+    # Resume: "Say hi" is served from the store (the script's "hi" is not asked again), the tool
+    # call continues on the lane of the same tool contract from its partial.
+    # (the same model: a script's path is its model name, so the file keeps its name)
+    script.write_text(json.dumps(["done"]))
+    resumed = kedi("run", str(program), "--model", f"script:{script}", "--resume", "t", "--transcript", str(tmp_path / "t.jsonl"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "hi / done"
+    sent = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(sent) == 2  # the served call's transcript line, then the one live request
+    contents = [m.get("content", "") for m in sent[1]["messages"]]
+    # the tool lane's own history: the partial (prompt, tool call, its result), then the prompt again
+    assert contents == ["Look it up", "", "found x", "Look it up"]
+    shown = json.loads(kedi("history", "show", "t", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "ok" and len(shown["runs"]) == 1
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_replay_reproduces_every_example_exactly(path: Path, tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_bytes(path.with_suffix(".replies.json").read_bytes())
+    model = f"script:{replies}"
+    live = kedi("run", str(path), "--model", model, "--session", "r", "--name", "Ada", "--transcript", str(tmp_path / "live.jsonl"))
+    assert live.returncode == 0, live.stderr
+    before = kedi("history", "show", "r", "--json").stdout
+    # an emptied script proves nothing reaches the model: every call is served from the store
+    replies.write_text("[]")
+    replayed = kedi("run", str(path), "--model", model, "--replay", "r", "--name", "Ada",
+                    "--transcript", str(tmp_path / "replay.jsonl"))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == live.stdout
+    assert (tmp_path / "replay.jsonl").read_text() == (tmp_path / "live.jsonl").read_text()
+    assert kedi("history", "show", "r", "--json").stdout == before  # replay writes nothing
+
+
+def test_replay_stops_on_prompt_drift_with_a_readable_diff(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "d", "--message", "old wording").returncode == 0
+    drift = kedi("run", str(chat), "--replay", "d", "--message", "new wording")
+    assert drift.returncode == 1
+    assert '-  "prompt": "old wording"' in drift.stderr and '+  "prompt": "new wording"' in drift.stderr
+    assert kedi("run", str(chat), "--replay", "d", "--record", "--message", "new wording").returncode == 0
+    assert kedi("run", str(chat), "--replay", "d", "--message", "new wording").returncode == 0
+
+
+def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path) -> None:
+    planted = "sk-plantedSECRETvalue1234567890"
+    program = chat.with_name("secret.kedi")
+    program.write_text("> history: enabled\n[reply] << key <`args.message`> and <`__import__('os').environ['MY_API_KEY']`>\n= <reply>\n")
+    done = kedi("run", str(program), "--session", "k", "--message", planted, env={"MY_API_KEY": "env-secret-abcdef123"})
+    assert done.returncode == 0, done.stderr
+    raw = b"".join(p.read_bytes() for p in _private_history_store.parent.glob("history.db*"))
+    assert planted.encode() not in raw and b"env-secret-abcdef123" not in raw
+    with sqlite3.connect(_private_history_store) as db:
+        assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 1
+
+
+def test_conversation_load_works_in_a_fresh_process_after_import_kedi(tmp_path: Path) -> None:
+    saved = tmp_path / "c.json"
+    code = (
+        "import kedi\n"
+        f"c = kedi.Conversation.load({str(saved)!r})\n"
+        "lane = c.lane_for(model='offline')\n"
+        "c.seed([*c.messages(model='offline'), {'role': 'user', 'content': 'more'}], model='offline')\n"
+        "print(len(c.messages(model='offline')), lane.key.adapter)\n"
+    )
+    setup = "import kedi\nc = kedi.Conversation()\nc.seed([{'role': 'user', 'content': 'a'}], model='offline')\n" f"c.save({str(saved)!r})\n"
+    for source in (setup, code):
+        done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "offline"]
+
+
+def test_trim_and_budget_history_work_directly_as_history_processor() -> None:
+    import kedi
+
+    program = kedi.compile("> history: enabled\n>> hi [a]\n>> again [b]\n>> more [c]\n= <c>")
+    for processor, sizes in ((kedi.trim_history(3), [1, 3, 3]), (kedi.budget_history(lambda m: 10 * len(m), 35), [1, 3, 3])):
+        records: list[dict] = []
+        program.run_sync(history_processor=processor, transcript=records.append)
+        assert [len(record["messages"]) for record in records] == sizes  # whole turns dropped, current kept
+
+
+def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    program = tmp_path / "slow.kedi"
+    marker = tmp_path / "reached"
+    program.write_text(
+        "> history: enabled\n>> first [a]\n"
+        f"```\nimport os, pathlib, time\nif not os.environ.get('FAST'):\n    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(60)\n```\n"
+        ">> second [b]\n= <b>\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", "kedi", "run", str(program), "--session", "slow"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # the first Ctrl-C asks the event loop to cancel; the fence blocks it, so a second one
+    # interrupts the fence itself (Ctrl-C mechanics belong to the runtime, not the store)
+    child.send_signal(signal.SIGINT)
+    try:
+        _, stderr = child.communicate(timeout=1)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    assert child.returncode != 0
+    assert f"Resume with: kedi run {program} --resume slow" in stderr
+    shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "interrupted" and len(shown["turns"]) == 1
+    resumed = kedi("run", str(program), "--resume", "slow", "--transcript", str(tmp_path / "t.jsonl"), env={"FAST": "1"})
+    assert resumed.returncode == 0, resumed.stderr
+    shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
+    assert shown["runs"][-1]["status"] == "ok" and [t["request"]["prompt"] for t in shown["turns"]] == ["first [a]", "second [b]"]
+
+
+def test_an_unusable_store_does_not_stop_a_plain_run(chat: Path, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database" * 200)
+    plain = kedi("run", str(chat), "--message", "hi", env={"KEDI_HISTORY": str(junk)})
+    assert plain.returncode == 0 and plain.stdout.strip()
+    assert "not recording this run" in plain.stderr and "not a kedi history store" in plain.stderr
+    asked = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": str(junk)})
+    assert asked.returncode == 1 and "not a kedi history store" in asked.stderr and "Traceback" not in asked.stderr
+
+
+def test_session_names_match_exactly_when_creating(chat: Path) -> None:
+    assert kedi("run", str(chat), "--message", "one").returncode == 0
+    (first,) = sessions()
+    assert kedi("run", str(chat), "--session", first["id"][:8], "--message", "two").returncode == 0
+    assert len(sessions()) == 2  # a new session named like an id prefix, not a continuation
+    assert kedi("history", "show", first["id"][:13]).returncode == 0  # prefixes still find sessions to show
