@@ -276,9 +276,8 @@ class CallLayer:
         prompt, instructions = texts if isinstance(texts, tuple) else await texts()
         adapter = plan.adapter
         recorder = self.recorder
-        # Replayed and resumed calls keep the run id they were recorded with.
-        run_id = (recorder is not None and recorder.recorded_run_id(plan.key)) or self.run_id
-        call_id = new_id()
+        # Replayed and resumed calls keep the run and call ids they were recorded with.
+        run_id, call_id = (recorder is not None and recorder.recorded_ids(plan.key)) or (self.run_id, new_id())
         conversation_id = self.conversation.conversation_id
         history_on = lane is not None
         transcript = self.transcript

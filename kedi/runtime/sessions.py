@@ -29,6 +29,7 @@ import pydantic_core
 
 from kedi.adapters.base import Adapter, CallRequest, CallResult, Exchange, Usage
 from kedi.errors import KediError
+from kedi.history.identity import new_id
 from kedi.history.lanes import Lane, LaneKey, canonical_digest
 from kedi.history.persistence import dump_lane_messages, load_lane_messages
 from kedi.history.store import TurnRecord, encode_lane_key, redact
@@ -98,12 +99,18 @@ class SessionRecorder:
         lane = encode_lane_key(key)
         return [index for index, turn in enumerate(self._pool) if turn is not None and encode_lane_key(turn.lane) == lane]
 
-    def recorded_run_id(self, key: LaneKey) -> str | None:
-        """The run id the next served call on this lane had (so transcripts replay exactly)."""
+    def recorded_ids(self, key: LaneKey) -> tuple[str, str] | None:
+        """The run and call ids the next served call on this lane had (so transcripts replay exactly)."""
         if self.mode == "live":
             return None
         candidates = self._candidates(key)
-        return self._pool[candidates[0]].run_id if candidates else None  # type: ignore[union-attr]
+        if not candidates:
+            return None
+        turn = self._pool[candidates[0]]
+        assert turn is not None
+        exchanges = [e for e in turn.exchanges if isinstance(e, dict)]
+        call_id = exchanges[0].get("call_id") if exchanges else None
+        return turn.run_id, call_id if isinstance(call_id, str) and call_id else new_id()
 
     def _take(self, adapter: Adapter, key: LaneKey, request: CallRequest, rendered: dict[str, Any]) -> TurnRecord | None:
         candidates = self._candidates(key)
@@ -183,7 +190,8 @@ class SessionRecorder:
         def capture(exchange: Exchange) -> None:
             exchanges.append(
                 {"messages": list(exchange.messages), "response": exchange.response,
-                 "output_schema": exchange.output_schema, "tools": list(exchange.tools)}
+                 "output_schema": exchange.output_schema, "tools": list(exchange.tools),
+                 "call_id": request.call_id}
             )
             if sink is not None:
                 sink(exchange)
