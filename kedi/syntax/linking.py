@@ -34,7 +34,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from kedi.errors import Diagnostic, KediCheckError
-from kedi.source import SourceFile
+from kedi.source import SourceFile, read_source
 from kedi.syntax import ast
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
@@ -181,7 +181,11 @@ class _Linker:
                 "kedi does not run cyclic imports; move the shared names into a module both import",
             )
             return
-        child = self._load(found)
+        try:
+            child = self._load(found)
+        except OSError as exc:  # unreadable or not UTF-8: say so at the import, not with a traceback
+            yield Diagnostic(node.span, f"module `{node.module}`: {exc}")
+            return
         linked.imports[node.module] = child
         for name in node.names or ():
             if name.name not in child.exports:
@@ -203,7 +207,7 @@ class _Linker:
             self.linked[found.path] = cached
             return cached
         stamp = _stamp(found.path)
-        text = found.path.read_text(encoding="utf-8")
+        text = read_source(found.path)
         source = SourceFile(text, str(found.path))
         module = check_source(text, str(found.path), link_imports=False)
         self.active.append(found.path)
