@@ -19,19 +19,29 @@ import anyio
 import click
 
 from kedi.errors import KediError
+from kedi.source import read_source
 
 NO_TESTS_EXIT = 5
 """Exit status when nothing was collected (pytest's convention)."""
 
 
 def suite_files(target: str) -> Iterator[Path]:
-    """`.kedi` files under `target` (or `target` itself) whose text holds a `@test:` suite."""
+    """`.kedi` files under `target` (or `target` itself) whose text holds a `@test:` suite.
+
+    A file that cannot be read is yielded too, so that running it reports why.
+    """
     path = Path(target)
     files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*.kedi") if not any(part.startswith(".") for part in p.relative_to(path).parts)
+        p for p in path.rglob("*.kedi")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
     )
     for file in files:
-        if "@test:" in file.read_text(encoding="utf-8"):
+        try:
+            text = read_source(file)
+        except OSError:
+            yield file
+            continue
+        if "@test:" in text:
             yield file
 
 
@@ -47,7 +57,7 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
 
     async def run_file(file: Path) -> None:
         nonlocal passed, failed, errors
-        program = compile_program(file.read_text(encoding="utf-8"), path=str(file))
+        program = compile_program(read_source(file), path=str(file))
         cases = [
             (suite, case) for suite in suites_of(program.module) for case in suite.cases
             if matches(f"{file.name}::{suite.procedure}::{case.name}")
@@ -78,6 +88,9 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
                 anyio.run(run_file, file, backend="asyncio")
             except KediError as error:
                 echo(error.render())
+                errors += 1
+            except OSError as error:  # unreadable or not UTF-8 (`read_source` names the file)
+                echo(str(error))
                 errors += 1
     seconds = time.perf_counter() - started
     counts = [f"{passed} passed"] + ([f"{failed} failed"] if failed else []) + ([f"{errors} errors"] if errors else [])
