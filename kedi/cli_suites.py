@@ -116,15 +116,26 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     from kedi.runtime.suites import SuiteRuntime
 
     path = Path(file)
+    if path.is_dir():
+        raise click.UsageError(f"{file} is a directory; `kedi eval` scores the suites of one .kedi file")
     if not path.is_file():
         raise click.UsageError(f"file not found: {file}")
+    try:
+        text = read_source(path)
+    except OSError as error:
+        raise click.UsageError(str(error)) from None
     console = Console(highlight=False)
-    program = compile_program(path.read_text(encoding="utf-8"), path=str(path))
+    program = compile_program(text, path=str(path))
     suites = evals_of(program.module)
     if not suites:
         console.print(f"no @eval: suites in {file}")
         return NO_TESTS_EXIT
+    try:  # open --out first: a bad path must not cost a whole eval run
+        stream = open(out, "w", encoding="utf-8") if out is not None else None
+    except OSError as error:
+        raise click.UsageError(f"cannot write --out {out}: {error.strerror or error}") from None
     reports: list[EvalReport] = []
+    aborted: list[EvalDataError] = []
     started = time.perf_counter()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -144,16 +155,22 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                     def advance(_row: Any, task: Any = task) -> None:
                         progress.advance(task)
 
-                    reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
+                    try:
+                        reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
+                    except EvalDataError as error:  # caught here: the task group would wrap it in a group
+                        aborted.append(error)
+                        break
                 group.cancel_scope.cancel()
         progress.stop()
 
     try:
         anyio.run(main, backend="asyncio")
-    except EvalDataError as exc:
-        progress.stop()
-        console.print(f"[red]eval aborted:[/] {exc}")
-        return 1
+        if aborted:
+            raise aborted[0]
+    except BaseException:
+        if stream is not None:
+            stream.close()
+        raise
     for report, suite in zip(reports, suites, strict=True):
         console.print(_table(report, Table))
         dataset = chosen_dataset(suite)
@@ -165,8 +182,8 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
             f"@eval: {report.procedure} on {where}: mean score {report.mean:.3f} over {len(report.rows)} rows{extra}, "
             f"{failed} below 1.0, {tokens} tokens, {sum(r.seconds for r in report.rows):.2f}s of row time"
         )
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as stream:
+    if stream is not None:
+        with stream:
             for report in reports:
                 for row in report.rows:
                     stream.write(json.dumps({"suite": report.procedure, "dataset": report.dataset, **row.record()}) + "\n")
