@@ -35,7 +35,6 @@ class KediFile(pytest.File):
         from kedi.errors import KediError
         from kedi.runtime.program import compile_program
         from kedi.runtime.suites import suites_of
-
         from kedi.source import read_source
 
         try:
