@@ -216,7 +216,7 @@ def package_check(directory: str) -> None:
 
     try:
         checked = check_package(directory)
-    except FileNotFoundError as exc:
+    except OSError as exc:  # no package.kedi, or a file that cannot be read
         raise click.UsageError(str(exc)) from None
     except KediError as error:
         _fail(error)
@@ -233,7 +233,7 @@ def package_pyproject(directory: str, write: bool) -> None:
 
     try:
         manifest, _ = load_manifest(directory)
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise click.UsageError(str(exc)) from None
     except KediError as error:
         _fail(error)
