@@ -138,3 +138,13 @@ def test_package_files_that_are_not_utf8_are_reported_by_name(tmp_path: Path) ->
     (tmp_path / "package.kedi").write_bytes(b"> package: d\xe9mo:\n")
     result = invoke("package", "check", str(tmp_path))
     assert result.exit_code != 0 and f"cannot read {tmp_path / 'package.kedi'}" in result.output
+
+
+def test_a_failing_assert_lists_the_names_it_reads_but_not_builtins(tmp_path: Path) -> None:
+    (tmp_path / "t.kedi").write_text(
+        PROCEDURE + "@test: inc:\n  > case: kind:\n    ```\n    x = inc(1)\n    assert isinstance(x, str) or x > 5\n    ```\n"
+    )
+    result = invoke("test", str(tmp_path / "t.kedi"))
+    assert result.exit_code == 1
+    assert "    x: 2" in result.output.splitlines()
+    assert "str: <class 'str'>" not in result.output  # `str` is a builtin, not a value under test

@@ -16,6 +16,7 @@ line of the assertion (`CaseFailure`).
 from __future__ import annotations
 
 import ast as python_ast
+import builtins
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -238,7 +239,7 @@ def _plain_names(test: python_ast.expr) -> Iterator[str]:
     seen: set[str] = set()
     for node in python_ast.walk(test):
         if isinstance(node, python_ast.Name) and id(node) not in called and node.id not in seen:
-            if node.id not in dir(__builtins__) and node.id not in ("True", "False", "None"):
+            if not hasattr(builtins, node.id):  # `__builtins__` is a dict outside __main__: ask the module
                 seen.add(node.id)
                 yield node.id
 
