@@ -148,3 +148,12 @@ def test_a_failing_assert_lists_the_names_it_reads_but_not_builtins(tmp_path: Pa
     assert result.exit_code == 1
     assert "    x: 2" in result.output.splitlines()
     assert "str: <class 'str'>" not in result.output  # `str` is a builtin, not a value under test
+
+
+def test_a_metric_with_empty_or_several_datasets_says_what_to_write(tmp_path: Path) -> None:
+    for params, found in [("()", "found `)`"), ("(rows, more)", "found `,`")]:
+        (tmp_path / "e.kedi").write_text(PROCEDURE + f"@eval: inc:\n  > metric: exact{params}:\n    = `inc(1) == 2`\n")
+        result = invoke("check", str(tmp_path / "e.kedi"))
+        assert result.exit_code == 1
+        assert 'e.kedi", line 4' in result.output and "must name the one dataset it scores, " + found in result.output
+        assert "needs a closing `)`, found `)`" not in result.output
