@@ -53,15 +53,14 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
 
     matches = selector(keyword)
     started = time.perf_counter()
-    passed = failed = errors = 0
+    passed = failed = errors = deselected = 0
 
     async def run_file(file: Path) -> None:
-        nonlocal passed, failed, errors
+        nonlocal passed, failed, errors, deselected
         program = compile_program(read_source(file), path=str(file))
-        cases = [
-            (suite, case) for suite in suites_of(program.module) for case in suite.cases
-            if matches(f"{file.name}::{suite.procedure}::{case.name}")
-        ]
+        every = [(suite, case) for suite in suites_of(program.module) for case in suite.cases]
+        cases = [(suite, case) for suite, case in every if matches(f"{file.name}::{suite.procedure}::{case.name}")]
+        deselected += len(every) - len(cases)
         if not cases:
             return
         async with run_scope():
@@ -94,6 +93,9 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
                 errors += 1
     seconds = time.perf_counter() - started
     counts = [f"{passed} passed"] + ([f"{failed} failed"] if failed else []) + ([f"{errors} errors"] if errors else [])
+    counts += [f"{deselected} deselected by -k"] if deselected else []
+    if not (passed or failed or errors or deselected):
+        echo(f"no @test: cases found in {', '.join(targets)}")
     echo(f"{', '.join(counts)} in {seconds:.2f}s")
     if failed or errors:
         return 1

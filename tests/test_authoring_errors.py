@@ -157,3 +157,12 @@ def test_a_metric_with_empty_or_several_datasets_says_what_to_write(tmp_path: Pa
         assert result.exit_code == 1
         assert 'e.kedi", line 4' in result.output and "must name the one dataset it scores, " + found in result.output
         assert "needs a closing `)`, found `)`" not in result.output
+
+
+def test_kedi_test_says_when_nothing_was_collected_or_k_deselected_everything(tmp_path: Path) -> None:
+    (tmp_path / "plain.kedi").write_text(PROCEDURE)
+    result = invoke("test", str(tmp_path))
+    assert result.exit_code == 5 and f"no @test: cases found in {tmp_path}" in result.output
+    (tmp_path / "t.kedi").write_text(PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n")
+    result = invoke("test", str(tmp_path), "-k", "nothing_matches")
+    assert result.exit_code == 5 and result.output.splitlines()[-1].startswith("0 passed, 1 deselected by -k in ")
