@@ -166,3 +166,19 @@ def test_kedi_test_says_when_nothing_was_collected_or_k_deselected_everything(tm
     (tmp_path / "t.kedi").write_text(PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n")
     result = invoke("test", str(tmp_path), "-k", "nothing_matches")
     assert result.exit_code == 5 and result.output.splitlines()[-1].startswith("0 passed, 1 deselected by -k in ")
+
+
+def test_a_registered_package_whose_directory_is_missing_is_called_broken(tmp_path: Path) -> None:
+    info = tmp_path / "site" / "ghost-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kedi.packages]\nghost = ghost_gone\n")
+    (tmp_path / "main.kedi").write_text("> import: ghost\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path / "site")])}
+    ran = subprocess.run(
+        [sys.executable, "-m", "kedi", "check", str(tmp_path / "main.kedi")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert "`ghost` is registered in `kedi.packages` as `ghost_gone`" in ran.stderr
+    assert "no `ghost` in entry point group" not in ran.stderr

@@ -245,7 +245,14 @@ def _resolve(text: str, importer: str) -> tuple[_Found | None, list[str]]:
     package, _, rest = text.partition("/")
     directory = installed_package_dir(package)
     if directory is None:
-        searched.append(f"installed: no `{package}` in entry point group `{ENTRY_POINT_GROUP}`")
+        broken = [entry.value for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=package)]
+        if broken:  # registered, but its directory is gone: a broken or partial install
+            searched.append(
+                f"installed: `{package}` is registered in `{ENTRY_POINT_GROUP}` as `{broken[0]}`, "
+                "which is not an importable package directory (reinstall it)"
+            )
+        else:
+            searched.append(f"installed: no `{package}` in entry point group `{ENTRY_POINT_GROUP}`")
         return None, searched
     candidate = directory / (f"{rest}.kedi" if rest else "main.kedi")
     searched.append(f"installed package `{package}`: {candidate}")
