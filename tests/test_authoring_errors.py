@@ -182,3 +182,15 @@ def test_a_registered_package_whose_directory_is_missing_is_called_broken(tmp_pa
     assert ran.returncode == 1 and "Traceback" not in ran.stderr
     assert "`ghost` is registered in `kedi.packages` as `ghost_gone`" in ran.stderr
     assert "no `ghost` in entry point group" not in ran.stderr
+
+
+def test_package_pyproject_write_never_replaces_a_hand_written_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "package.kedi").write_text("> package: demo:\n  version: 1.0.0\n  source: src\n")
+    (tmp_path / "src" / "main.kedi").write_text("[x] = a\n> export: *\n")
+    assert invoke("package", "pyproject", str(tmp_path), "--write").exit_code == 0
+    assert invoke("package", "pyproject", str(tmp_path), "--write").exit_code == 0  # its own file: regenerated
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
+    result = invoke("package", "pyproject", str(tmp_path), "--write")
+    assert result.exit_code == 2 and "was not written by kedi" in result.output
+    assert (tmp_path / "pyproject.toml").read_text() == "[project]\nname = 'mine'\n"
