@@ -126,7 +126,7 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
         text = read_source(path)
     except OSError as error:
         raise click.UsageError(str(error)) from None
-    console = Console(highlight=False)
+    console = Console(highlight=False, markup=False)  # `[name: T]` in Kedi source and data is not markup
     program = compile_program(text, path=str(path))
     suites = evals_of(program.module)
     if not suites:
@@ -138,6 +138,7 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
         raise click.UsageError(f"cannot write --out {out}: {error.strerror or error}") from None
     reports: list[EvalReport] = []
     aborted: list[EvalDataError] = []
+    setup_errors: list[str] = []
     started = time.perf_counter()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -147,8 +148,9 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     async def main() -> None:
         async with run_scope():
             runtime = await SuiteRuntime.start(program, model=model, parallel=parallel if parallel > 1 else 0)
+            setup_errors.extend(runtime.setup_errors)
             for problem in runtime.setup_errors:
-                console.print(f"[yellow]setup error at {problem}[/]")
+                console.print(f"setup error at {problem}", style="yellow")
             async with anyio.create_task_group() as group:
                 group.start_soon(_show_progress_after, progress, 2.0)
                 for suite in suites:
@@ -190,7 +192,7 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                 for row in report.rows:
                     stream.write(json.dumps({"suite": report.procedure, "dataset": report.dataset, **row.record()}) + "\n")
     console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
-    return 0
+    return 1 if setup_errors else 0  # scores never fail the run; a broken top level does, as in `kedi test`
 
 
 async def _show_progress_after(progress: Any, seconds: float) -> None:

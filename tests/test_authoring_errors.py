@@ -194,3 +194,15 @@ def test_package_pyproject_write_never_replaces_a_hand_written_pyproject(tmp_pat
     result = invoke("package", "pyproject", str(tmp_path), "--write")
     assert result.exit_code == 2 and "was not written by kedi" in result.output
     assert (tmp_path / "pyproject.toml").read_text() == "[project]\nname = 'mine'\n"
+
+
+def test_kedi_eval_prints_brackets_verbatim_and_fails_on_a_broken_top_level(tmp_path: Path) -> None:
+    (tmp_path / "e.kedi").write_text(
+        "@echo(text: str) -> str:\n  = `text`\n[limit: int] = `1 / 0`\n"
+        "@eval: echo:\n  > data: rows:\n    = `[('[bold]x', '[bold]x')]`\n  > metric: same(rows):\n"
+        "    = `(echo(rows) == expected, '[red]fine')`\n"
+    )
+    result = invoke("eval", str(tmp_path / "e.kedi"))
+    assert result.exit_code == 1  # the top level failed, as `kedi test` counts it
+    assert "[limit: int] = `1 / 0`" in result.output  # rich markup used to eat `[limit: int]`
+    assert "[bold]x" in result.output and "[red]fine" in result.output
