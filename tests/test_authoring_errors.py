@@ -206,3 +206,11 @@ def test_kedi_eval_prints_brackets_verbatim_and_fails_on_a_broken_top_level(tmp_
     assert result.exit_code == 1  # the top level failed, as `kedi test` counts it
     assert "[limit: int] = `1 / 0`" in result.output  # rich markup used to eat `[limit: int]`
     assert "[bold]x" in result.output and "[red]fine" in result.output
+
+
+def test_an_export_left_unbound_by_a_top_level_return_names_the_return_line(tmp_path: Path) -> None:
+    (tmp_path / "early.kedi").write_text("[x] = a\n= `x`\n[y] = b\n> export: *\n")
+    (tmp_path / "main.kedi").write_text("> import: early\n= <y>\n")
+    result = invoke("run", str(tmp_path / "main.kedi"))
+    assert result.exit_code == 1
+    assert "exports `y`, but its top level never bound it: its top-level `=` at line 2 ended it first" in result.output
