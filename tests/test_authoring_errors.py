@@ -214,3 +214,13 @@ def test_an_export_left_unbound_by_a_top_level_return_names_the_return_line(tmp_
     result = invoke("run", str(tmp_path / "main.kedi"))
     assert result.exit_code == 1
     assert "exports `y`, but its top level never bound it: its top-level `=` at line 2 ended it first" in result.output
+
+
+def test_two_test_blocks_of_one_procedure_cannot_reuse_a_case_name(tmp_path: Path) -> None:
+    (tmp_path / "t.kedi").write_text(
+        PROCEDURE + "@test: inc:\n  > case: one:\n    `assert inc(0) == 1`\n"
+        "@test: inc:\n  > case: one:\n    `assert inc(1) == 2`\n"
+    )
+    result = invoke("check", str(tmp_path / "t.kedi"))
+    assert result.exit_code == 1  # both would report as t.kedi::inc::one
+    assert 't.kedi", line 7, column 3' in result.output and "duplicate case `one` in `@test: inc`" in result.output
