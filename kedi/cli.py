@@ -293,7 +293,7 @@ def package_check(directory: str) -> None:
 
     try:
         checked = check_package(directory)
-    except FileNotFoundError as exc:
+    except OSError as exc:  # no package.kedi, or a file that cannot be read
         raise click.UsageError(str(exc)) from None
     except KediError as error:
         _fail(error)
@@ -306,18 +306,21 @@ def package_check(directory: str) -> None:
 def package_pyproject(directory: str, write: bool) -> None:
     """Print (or --write) the pyproject.toml that lets `pip install DIRECTORY` install the package."""
     from kedi.cli_package import load_manifest
-    from kedi.syntax.manifest import pyproject_toml
+    from kedi.syntax.manifest import GENERATED_MARK, pyproject_toml
 
     try:
         manifest, _ = load_manifest(directory)
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise click.UsageError(str(exc)) from None
     except KediError as error:
         _fail(error)
     text = pyproject_toml(manifest)
     if write:
-        (Path(directory) / "pyproject.toml").write_text(text, encoding="utf-8")
-        click.echo(f"Wrote {Path(directory) / 'pyproject.toml'}")
+        target = Path(directory) / "pyproject.toml"
+        if target.exists() and not target.read_text(encoding="utf-8", errors="replace").startswith(GENERATED_MARK):
+            raise click.UsageError(f"{target} exists and was not written by kedi; move it away to regenerate it")
+        target.write_text(text, encoding="utf-8")
+        click.echo(f"Wrote {target}")
     else:
         click.echo(text, nl=False)
 

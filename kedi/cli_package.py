@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kedi.errors import Diagnostic, KediCheckError
-from kedi.source import SourceFile
+from kedi.source import SourceFile, read_source
 from kedi.syntax import ast
 from kedi.syntax.manifest import Manifest, read_manifest
 
@@ -25,18 +25,22 @@ def load_manifest(directory: str) -> tuple[Manifest, Path]:
     path = root / "package.kedi"
     if not path.is_file():
         raise FileNotFoundError(f"{directory} has no package.kedi")
-    text = path.read_text(encoding="utf-8")
+    text = read_source(path)
     module = check_source(text, str(path))
+    file = SourceFile(text, str(path))
     package = next((s for s in module.body if isinstance(s, ast.Package)), None)
     if package is None:
-        span = SourceFile(text, str(path)).whole_span()
+        span = file.whole_span()
         raise KediCheckError([Diagnostic(span, "`package.kedi` holds no `> package: name:` manifest")])
     manifest = read_manifest(package)
     source = root / manifest.fields.get("source", ".")
     if not (source / "main.kedi").is_file():
+        # Point at the `source:` field when there is one, else at `> package:` (source defaults to `.`).
+        span = next((entry.span for entry in package.config if entry.key == "source"), package.span)
         raise KediCheckError(
-            [Diagnostic(package.span, f"the package source `{source}` has no main.kedi",
-                        "set `source:` to the directory holding the package's main.kedi")]
+            [Diagnostic(span, f"the package source `{source}` has no main.kedi",
+                        "set `source:` to the directory holding the package's main.kedi",
+                        source_line=file.line_text(span.line))]
         )
     return manifest, source
 
@@ -48,6 +52,6 @@ def check_package(directory: str) -> list[str]:
     _, source = load_manifest(directory)
     checked = []
     for file in sorted(source.rglob("*.kedi")):
-        check_and_link(file.read_text(encoding="utf-8"), str(file))
+        check_and_link(read_source(file), str(file))
         checked.append(str(file))
     return checked

@@ -19,19 +19,29 @@ import anyio
 import click
 
 from kedi.errors import KediError
+from kedi.source import read_source
 
 NO_TESTS_EXIT = 5
 """Exit status when nothing was collected (pytest's convention)."""
 
 
 def suite_files(target: str) -> Iterator[Path]:
-    """`.kedi` files under `target` (or `target` itself) whose text holds a `@test:` suite."""
+    """`.kedi` files under `target` (or `target` itself) whose text holds a `@test:` suite.
+
+    A file that cannot be read is yielded too, so that running it reports why.
+    """
     path = Path(target)
     files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*.kedi") if not any(part.startswith(".") for part in p.relative_to(path).parts)
+        p for p in path.rglob("*.kedi")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
     )
     for file in files:
-        if "@test:" in file.read_text(encoding="utf-8"):
+        try:
+            text = read_source(file)
+        except OSError:
+            yield file
+            continue
+        if "@test:" in text:
             yield file
 
 
@@ -43,15 +53,14 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
 
     matches = selector(keyword)
     started = time.perf_counter()
-    passed = failed = errors = 0
+    passed = failed = errors = deselected = 0
 
     async def run_file(file: Path) -> None:
-        nonlocal passed, failed, errors
-        program = compile_program(file.read_text(encoding="utf-8"), path=str(file))
-        cases = [
-            (suite, case) for suite in suites_of(program.module) for case in suite.cases
-            if matches(f"{file.name}::{suite.procedure}::{case.name}")
-        ]
+        nonlocal passed, failed, errors, deselected
+        program = compile_program(read_source(file), path=str(file))
+        every = [(suite, case) for suite in suites_of(program.module) for case in suite.cases]
+        cases = [(suite, case) for suite, case in every if matches(f"{file.name}::{suite.procedure}::{case.name}")]
+        deselected += len(every) - len(cases)
         if not cases:
             return
         async with run_scope():
@@ -79,8 +88,14 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
             except KediError as error:
                 echo(error.render())
                 errors += 1
+            except OSError as error:  # unreadable or not UTF-8 (`read_source` names the file)
+                echo(str(error))
+                errors += 1
     seconds = time.perf_counter() - started
     counts = [f"{passed} passed"] + ([f"{failed} failed"] if failed else []) + ([f"{errors} errors"] if errors else [])
+    counts += [f"{deselected} deselected by -k"] if deselected else []
+    if not (passed or failed or errors or deselected):
+        echo(f"no @test: cases found in {', '.join(targets)}")
     echo(f"{', '.join(counts)} in {seconds:.2f}s")
     if failed or errors:
         return 1
@@ -103,15 +118,27 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     from kedi.runtime.suites import SuiteRuntime
 
     path = Path(file)
+    if path.is_dir():
+        raise click.UsageError(f"{file} is a directory; `kedi eval` scores the suites of one .kedi file")
     if not path.is_file():
         raise click.UsageError(f"file not found: {file}")
-    console = Console(highlight=False)
-    program = compile_program(path.read_text(encoding="utf-8"), path=str(path))
+    try:
+        text = read_source(path)
+    except OSError as error:
+        raise click.UsageError(str(error)) from None
+    console = Console(highlight=False, markup=False)  # `[name: T]` in Kedi source and data is not markup
+    program = compile_program(text, path=str(path))
     suites = evals_of(program.module)
     if not suites:
         console.print(f"no @eval: suites in {file}")
         return NO_TESTS_EXIT
+    try:  # open --out first: a bad path must not cost a whole eval run
+        stream = open(out, "w", encoding="utf-8") if out is not None else None
+    except OSError as error:
+        raise click.UsageError(f"cannot write --out {out}: {error.strerror or error}") from None
     reports: list[EvalReport] = []
+    aborted: list[EvalDataError] = []
+    setup_errors: list[str] = []
     started = time.perf_counter()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -121,8 +148,9 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     async def main() -> None:
         async with run_scope():
             runtime = await SuiteRuntime.start(program, model=model, parallel=parallel if parallel > 1 else 0)
+            setup_errors.extend(runtime.setup_errors)
             for problem in runtime.setup_errors:
-                console.print(f"[yellow]setup error at {problem}[/]")
+                console.print(f"setup error at {problem}", style="yellow")
             async with anyio.create_task_group() as group:
                 group.start_soon(_show_progress_after, progress, 2.0)
                 for suite in suites:
@@ -131,16 +159,22 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                     def advance(_row: Any, task: Any = task) -> None:
                         progress.advance(task)
 
-                    reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
+                    try:
+                        reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
+                    except EvalDataError as error:  # caught here: the task group would wrap it in a group
+                        aborted.append(error)
+                        break
                 group.cancel_scope.cancel()
         progress.stop()
 
     try:
         anyio.run(main, backend="asyncio")
-    except EvalDataError as exc:
-        progress.stop()
-        console.print(f"[red]eval aborted:[/] {exc}")
-        return 1
+        if aborted:
+            raise aborted[0]
+    except BaseException:
+        if stream is not None:
+            stream.close()
+        raise
     for report, suite in zip(reports, suites, strict=True):
         console.print(_table(report, Table))
         dataset = chosen_dataset(suite)
@@ -152,13 +186,13 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
             f"@eval: {report.procedure} on {where}: mean score {report.mean:.3f} over {len(report.rows)} rows{extra}, "
             f"{failed} below 1.0, {tokens} tokens, {sum(r.seconds for r in report.rows):.2f}s of row time"
         )
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as stream:
+    if stream is not None:
+        with stream:
             for report in reports:
                 for row in report.rows:
                     stream.write(json.dumps({"suite": report.procedure, "dataset": report.dataset, **row.record()}) + "\n")
     console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
-    return 0
+    return 1 if setup_errors else 0  # scores never fail the run; a broken top level does, as in `kedi test`
 
 
 async def _show_progress_after(progress: Any, seconds: float) -> None:

@@ -35,12 +35,16 @@ class KediFile(pytest.File):
         from kedi.errors import KediError
         from kedi.runtime.program import compile_program
         from kedi.runtime.suites import suites_of
+        from kedi.source import read_source
 
         try:
-            self.program = compile_program(self.path.read_text(encoding="utf-8"), path=str(self.path))
+            self.program = compile_program(read_source(self.path), path=str(self.path))
         except KediError as error:
             raise self.CollectError(error.render()) from None
+        except OSError as error:
+            raise self.CollectError(str(error)) from None
         self.runtime: Any = None
+        self.setup_reported = False
         for suite in suites_of(self.program.module):
             for case in suite.cases:
                 yield KediCase.from_parent(self, name=f"{suite.procedure}::{case.name}", suite=suite, case=case)
@@ -67,6 +71,19 @@ class KediCase(pytest.Item):
         self.suite = suite
         self.case = case
 
+    def setup(self) -> None:
+        """Start the file's runtime; a top-level statement that failed is this first case's setup error.
+
+        `kedi test` counts such a statement as an error beside the cases; here
+        pytest shows it as "ERROR at setup of" the first case that runs, and
+        the file's other cases still run.
+        """
+        parent: KediFile = self.parent  # type: ignore[assignment]
+        runtime = parent.runtime_for(self.config.getoption("--kedi-model"))
+        if runtime.setup_errors and not parent.setup_reported:
+            parent.setup_reported = True
+            pytest.fail("\n".join(f"{self.path}: setup error at {p}" for p in runtime.setup_errors), pytrace=False)
+
     def runtest(self) -> None:
         import anyio
 
@@ -74,7 +91,7 @@ class KediCase(pytest.Item):
         from kedi.runtime.suites import run_case
 
         parent: KediFile = self.parent  # type: ignore[assignment]
-        runtime = parent.runtime_for(self.config.getoption("--kedi-model"))
+        runtime = parent.runtime
 
         async def run() -> Any:
             async with run_scope():

@@ -8,6 +8,7 @@ line/column positions (`Span`). Every AST node and every diagnostic carries a
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add
@@ -43,6 +44,23 @@ def new_span(path: str, line: int, column: int, end_line: int, end_column: int) 
     machinery; building the tuple directly is the same object for a third less.
     """
     return _tuple_new(Span, (path, line, column, end_line, end_column))  # type: ignore[no-any-return]
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of a `.kedi` file.
+
+    Raises `OSError` whose message names the file (`cannot read PATH: why`)
+    when it cannot be opened or is not UTF-8, so every caller can report an
+    unreadable program, module or manifest the same way.
+    """
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return stream.read()
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    raise OSError(f"cannot read {os.fspath(path)}: {reason}")
 
 
 class SourceFile:

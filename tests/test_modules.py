@@ -131,3 +131,13 @@ def test_an_already_compiled_module_is_not_parsed_again(tmp_path: Path, monkeypa
 def test_suites_and_imports_never_run_a_suite_during_kedi_run(tmp_path: Path) -> None:
     write(tmp_path, {"main.kedi": "@f() -> str:\n  = ok\n@test: f:\n  > case: fails:\n    `assert False`\n= <f()>\n"})
     assert run(tmp_path / "main.kedi") == "ok"
+
+
+def test_a_module_created_where_an_earlier_candidate_missed_wins_in_the_same_process(tmp_path: Path) -> None:
+    write(tmp_path, {
+        "main.kedi": "> import: lib/a\n= `a()`\n",
+        "lib/a.kedi": "> import: helpers\n@a() -> str:\n  = `first_line('x')`\n> export: *\n",
+    })
+    assert run(tmp_path / "main.kedi") == "x"  # the bundled helpers module
+    write(tmp_path, {"lib/helpers.kedi": "@first_line(t: str) -> str:\n  = local\n> export: *\n"})
+    assert run(tmp_path / "main.kedi") == "local"  # the file next to lib/a.kedi now comes first

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 
 from kedi.adapters.base import Usage
-from kedi.errors import KediError
+from kedi.errors import Diagnostic, KediDiagnosticError, KediError
 from kedi.runtime.interpreter import Frame
 from kedi.runtime.scheduler import Scheduler
 from kedi.runtime.scopes import Scope
@@ -87,8 +87,16 @@ class EvalReport:
         return sum(r.score for r in self.rows) / len(self.rows) if self.rows else 0.0
 
 
-class EvalDataError(KediError):
-    """The dataset could not be loaded (the whole eval stops)."""
+class EvalDataError(KediDiagnosticError):
+    """The dataset could not be loaded (the whole eval stops); points at its `> data:` line."""
+
+    title = "Kedi eval error"
+    kind = "EvalDataError"
+
+
+def _data_error(runtime: SuiteRuntime, node: ast.EvalSuite | ast.EvalData, message: str) -> EvalDataError:
+    source = runtime.program.source
+    return EvalDataError([Diagnostic(node.span, message, source_line=source.line_text(node.span.line))])
 
 
 def evals_of(module: ast.Module) -> list[ast.EvalSuite]:
@@ -114,7 +122,7 @@ async def run_eval(
     """Score every row of the suite's dataset; `on_row` hears of each row as it finishes."""
     metric = suite.metric
     if metric is None:
-        raise EvalDataError(f"`@eval: {suite.procedure}` has no `> metric:`")
+        raise _data_error(runtime, suite, f"`@eval: {suite.procedure}` has no `> metric:`")
     dataset = chosen_dataset(suite)
     report = EvalReport(suite.procedure, dataset.name if dataset else "", dataset.kind if dataset else "")
     rows: list[tuple[Any, Any, bool]] = [(None, None, False)]
@@ -147,15 +155,17 @@ async def _load_rows(runtime: SuiteRuntime, dataset: ast.EvalData) -> list[tuple
     try:
         value = await runtime.interpreter.evaluate_value(dataset.value, runtime.frame(), native_call=False)
     except KediError as error:
-        raise EvalDataError(f"loading `> {dataset.kind}: {dataset.name}` failed: {getattr(error, 'message', error)}") from None
+        message = f"loading `> {dataset.kind}: {dataset.name}` failed: {getattr(error, 'message', error)}"
+        raise _data_error(runtime, dataset, message) from None
     if isinstance(value, str | bytes):
-        raise EvalDataError(f"`> {dataset.kind}: {dataset.name}` must return a list of rows, not a string")
+        raise _data_error(runtime, dataset, f"`> {dataset.kind}: {dataset.name}` must return a list of rows, not a string")
     if isinstance(value, dict):
         return [(k, v, True) if isinstance(v, dict) else ((k, v), None, False) for k, v in value.items()]
     try:
         items = list(value)
     except TypeError:
-        raise EvalDataError(f"`> {dataset.kind}: {dataset.name}` must return an iterable, not {type(value).__name__}") from None
+        message = f"`> {dataset.kind}: {dataset.name}` must return an iterable, not {type(value).__name__}"
+        raise _data_error(runtime, dataset, message) from None
     return [
         (row[0], row[1], row[1] is not None) if isinstance(row, tuple) and len(row) == 2 else (row, None, False)
         for row in items

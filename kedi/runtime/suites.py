@@ -16,6 +16,7 @@ line of the assertion (`CaseFailure`).
 from __future__ import annotations
 
 import ast as python_ast
+import builtins
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -138,7 +139,11 @@ def _show(value: Any) -> str:
 async def run_case(runtime: SuiteRuntime, suite: ast.TestSuite, case: ast.TestCase) -> CaseResult:
     """Run one case's Python against the runtime; an exception fails only this case."""
     path = runtime.program.source.path
-    code = compile(_rewritten(case.body), path, "exec")
+    try:
+        code = compile(_rewritten(case.body), path, "exec")
+    except SyntaxError as exc:  # the case's Python does not compile: fail this case only, at its line
+        line = exc.lineno or case.body.first_line
+        return CaseResult(path, suite.procedure, case.name, case.span.line, False, f"SyntaxError: {exc.msg}", line)
     namespace = runtime.interpreter.namespace(runtime.frame())
     namespace["__kedi_fail__"] = CaseFailure
     started = time.perf_counter()
@@ -166,7 +171,11 @@ def _failing_line(exc: BaseException, path: str) -> int | None:
 
 def _rewritten(code: ast.PythonCode) -> python_ast.Module:
     """The case's Python with each `assert` reporting its operands, at `.kedi` line numbers."""
-    tree = python_ast.parse(code.code)
+    try:
+        tree = python_ast.parse(code.code)
+    except SyntaxError as exc:
+        exc.lineno = code.first_line + (exc.lineno or 1) - 1  # report the `.kedi` line
+        raise
     tree = _AssertRewriter().visit(tree)
     python_ast.fix_missing_locations(tree)
     python_ast.increment_lineno(tree, code.first_line - 1)
@@ -230,7 +239,7 @@ def _plain_names(test: python_ast.expr) -> Iterator[str]:
     seen: set[str] = set()
     for node in python_ast.walk(test):
         if isinstance(node, python_ast.Name) and id(node) not in called and node.id not in seen:
-            if node.id not in dir(__builtins__) and node.id not in ("True", "False", "None"):
+            if not hasattr(builtins, node.id):  # `__builtins__` is a dict outside __main__: ask the module
                 seen.add(node.id)
                 yield node.id
 

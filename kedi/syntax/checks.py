@@ -868,6 +868,8 @@ def _check_suites(context: _Context) -> Iterator[Diagnostic]:
         for name, found in module.bindings.items()
         if {"procedure", "import"} & {b.kind for b in found}
     }
+    # Case names per procedure: a case's id is FILE::PROCEDURE::CASE across all its `@test:` blocks.
+    cases_of: dict[str, set[str]] = {}
     for suite in context.module.body:
         if not isinstance(suite, ast.TestSuite | ast.EvalSuite):
             continue
@@ -885,7 +887,7 @@ def _check_suites(context: _Context) -> Iterator[Diagnostic]:
                 (f"{d.kind}:{d.name}", d.span, f"`> {d.kind}: {d.name}`") for d in suite.datasets
             ]
             yield from _check_metric(suite, label)
-        seen: set[str] = set()
+        seen = cases_of.setdefault(suite.procedure, set()) if isinstance(suite, ast.TestSuite) else set()
         for key, span, shown in names:
             if key in seen:
                 yield Diagnostic(span, f"duplicate {shown} in {label}")

@@ -34,7 +34,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from kedi.errors import Diagnostic, KediCheckError
-from kedi.source import SourceFile
+from kedi.source import SourceFile, read_source
 from kedi.syntax import ast
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
@@ -62,10 +62,14 @@ class LinkedModule:
     exports: tuple[str, ...] = ()
     stamp: tuple[int, int] | None = None
     """(mtime_ns, size) of the file when it was parsed; None for the root."""
+    missed: list[Path] = field(default_factory=list)
+    """Candidates its imports searched before the file that won (a file created there now wins)."""
 
     def fresh(self) -> bool:
         """Whether neither this file nor any module it imports changed since it was linked."""
         if self.stamp is not None and _stamp(Path(self.source.path)) != self.stamp:
+            return False
+        if any(candidate.is_file() for candidate in self.missed):
             return False
         return all(child.fresh() for child in self.imports.values())
 
@@ -139,6 +143,8 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 class _Found:
     path: Path
     origin: str
+    missed: tuple[Path, ...] = ()
+    """Earlier candidates that did not exist (relative, then bundled)."""
 
 
 class _Linker:
@@ -181,8 +187,13 @@ class _Linker:
                 "kedi does not run cyclic imports; move the shared names into a module both import",
             )
             return
-        child = self._load(found)
+        try:
+            child = self._load(found)
+        except OSError as exc:  # unreadable or not UTF-8: say so at the import, not with a traceback
+            yield Diagnostic(node.span, f"module `{node.module}`: {exc}")
+            return
         linked.imports[node.module] = child
+        linked.missed.extend(found.missed)
         for name in node.names or ():
             if name.name not in child.exports:
                 shown = ", ".join(f"`{n}`" for n in child.exports) or "nothing"
@@ -203,7 +214,7 @@ class _Linker:
             self.linked[found.path] = cached
             return cached
         stamp = _stamp(found.path)
-        text = found.path.read_text(encoding="utf-8")
+        text = read_source(found.path)
         source = SourceFile(text, str(found.path))
         module = check_source(text, str(found.path), link_imports=False)
         self.active.append(found.path)
@@ -218,25 +229,35 @@ class _Linker:
 def _resolve(text: str, importer: str) -> tuple[_Found | None, list[str]]:
     """The first existing candidate for module path `text`, and every candidate searched."""
     searched: list[str] = []
+    missed: list[Path] = []
     relative = f"{text}.kedi"
     if not in_memory(importer):
         candidate = Path(importer).resolve().parent / relative
         searched.append(str(candidate))
         if candidate.is_file():
             return _Found(candidate, "relative"), searched
+        missed.append(candidate)
     bundled = BUNDLED_DIR / relative
     searched.append(f"bundled: {bundled}")
     if bundled.is_file():
-        return _Found(bundled, "bundled"), searched
+        return _Found(bundled, "bundled", tuple(missed)), searched
+    missed.append(bundled)
     package, _, rest = text.partition("/")
     directory = installed_package_dir(package)
     if directory is None:
-        searched.append(f"installed: no `{package}` in entry point group `{ENTRY_POINT_GROUP}`")
+        broken = [entry.value for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=package)]
+        if broken:  # registered, but its directory is gone: a broken or partial install
+            searched.append(
+                f"installed: `{package}` is registered in `{ENTRY_POINT_GROUP}` as `{broken[0]}`, "
+                "which is not an importable package directory (reinstall it)"
+            )
+        else:
+            searched.append(f"installed: no `{package}` in entry point group `{ENTRY_POINT_GROUP}`")
         return None, searched
     candidate = directory / (f"{rest}.kedi" if rest else "main.kedi")
     searched.append(f"installed package `{package}`: {candidate}")
     if candidate.is_file():
-        return _Found(candidate.resolve(), "package"), searched
+        return _Found(candidate.resolve(), "package", tuple(missed)), searched
     return None, searched
 
 
