@@ -88,6 +88,7 @@ from kedi.history.processors import (
     reject_process_history,
     run_history_processor,
 )
+from kedi.settings import PYDANTIC_AI_SETTINGS
 
 try:
     from pydantic_ai import Agent, RunContext, Tool, ToolFailed, capture_run_messages
@@ -119,25 +120,7 @@ __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
 OutputMode = Literal["auto", "tool", "native", "prompted"]
 
-_MODEL_SETTINGS = frozenset(
-    {
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "timeout",
-        "parallel_tool_calls",
-        "tool_choice",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "stop_sequences",
-        "extra_headers",
-        "thinking",
-        "service_tier",
-        "extra_body",
-    }
-)
+_MODEL_SETTINGS = PYDANTIC_AI_SETTINGS
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
 _KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
 """Settings kedi maps itself (see the module docs)."""

@@ -57,7 +57,6 @@ from kedi.adapters._portable import (
     validation_problems,
 )
 from kedi.adapters.base import (
-    COMMON_SETTINGS,
     Adapter,
     AdapterProfile,
     CallRequest,
@@ -72,6 +71,7 @@ from kedi.errors import (
     ScriptExhaustedError,
 )
 from kedi.history import ToolCall
+from kedi.settings import COMMON_SETTINGS
 
 MAX_TOOL_ROUNDS = 8
 """Tool rounds one call may run before it fails."""

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import anyio
 
 from kedi.errors import HistoryError, KediUsageError, TurnAbandoned
+from kedi.settings import TRANSPORT_SETTINGS
 
 PORTABLE = "portable"
 """The message format of lanes holding kedi's own `Message`s."""
@@ -107,11 +108,17 @@ class LaneKey:
         tools_digest: str = "",
         mcp_digest: str = "",
     ) -> LaneKey:
-        """The key of the lane a call on `adapter` with `settings` uses (runtime and API alike)."""
+        """The key of the lane a call on `adapter` with `settings` uses (runtime and API alike).
+
+        Transport-only settings (`kedi.settings.TRANSPORT_SETTINGS`: timeout,
+        retries, request limit, extra headers) are left out: changing them, or
+        rotating a token, continues the same history.
+        """
+        shaping = {key: value for key, value in settings.items() if key not in TRANSPORT_SETTINGS}
         return cls(
             adapter.shortname,
             adapter.model_name,
-            canonical_digest(dict(settings)) if settings else _NO_SETTINGS,
+            canonical_digest(shaping) if shaping else _NO_SETTINGS,
             mcp=mcp_digest,
             tools=tools_digest,
             format=adapter.profile.message_format,

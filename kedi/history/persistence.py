@@ -40,6 +40,7 @@ from typing import Any
 from kedi.errors import HistoryError, KediConfigError, KediUsageError
 from kedi.history.lanes import PORTABLE, AdapterRegistry, Conversation, Lane, LaneKey, LaneOwner
 from kedi.history.messages import as_messages
+from kedi.redaction import redact
 
 __all__ = ["FORMAT_VERSION", "dump_conversation", "dumps", "load", "load_conversation", "loads", "save", "write_atomic"]
 
@@ -75,7 +76,8 @@ def _dump_lane(lane: Lane, adapters: Sequence[Any]) -> dict[str, Any]:
         "key": {name: getattr(key, name) for name in _KEY_FIELDS},
         "epoch": lane.epoch,
         "format": key.format,
-        "messages": messages,
+        # A store keeps no secret a message may quote (a pasted key, a bearer header).
+        "messages": redact(messages),
     }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from kedi.adapters.base import Adapter, CallResult, Exchange, OutputSpec, ToolSp
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
+from kedi.redaction import redact
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 OFFLINE_NOTICE = "kedi: no model configured; using the offline model (deterministic replies). Set --model or KEDI_MODEL for a real one."
 Texts = tuple[str, str] | Callable[[], Awaitable[tuple[str, str]]]
 """A call's rendered (prompt, instructions), or an async function that renders them."""
-_SECRET_KEY = re.compile(r"(^|_)(key|token|secret|password|authorization|credentials?)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +96,8 @@ class Transcript:
 
     def write(self, record: dict[str, Any]) -> None:
         """Record one model request (numbered in the order requests happen)."""
-        record = {"index": self.index, **record}
+        # Redacted here, so no record reaches a sink or file with a secret in it.
+        record = redact({"index": self.index, **record})
         self.index += 1
         if self._sink is not None:
             self._sink(record)
@@ -109,11 +109,6 @@ class Transcript:
         """Close the file if this transcript opened it."""
         if self._owned and self._file is not None:
             self._file.close()
-
-
-def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings as a transcript may show them: secret-looking keys masked."""
-    return {key: ("***" if _SECRET_KEY.search(key) else value) for key, value in settings.items()}
 
 
 class CallLayer:
@@ -314,7 +309,7 @@ def _exchange_sink(
     settings: Mapping[str, Any],
 ) -> Callable[[Exchange], None]:
     """The `on_exchange` sink of one call: a transcript line per model request."""
-    shown = redact(settings)
+    shown = dict(settings)
 
     def record(exchange: Exchange) -> None:
         transcript.write(
@@ -351,4 +346,4 @@ def bounded_processor(
     return compose_bounds(processor, max_messages=max_messages, max_tokens=max_tokens)
 
 
-__all__ = ["AgentPlan", "CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "redact", "OFFLINE_NOTICE"]
+__all__ = ["AgentPlan", "CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "OFFLINE_NOTICE"]
