@@ -91,7 +91,7 @@ from kedi.history.processors import (
 from kedi.settings import PYDANTIC_AI_SETTINGS
 
 try:
-    from pydantic_ai import Agent, RunContext, Tool, ToolFailed, capture_run_messages
+    from pydantic_ai import Agent, AgentRetries, RunContext, Tool, ToolFailed, capture_run_messages
     from pydantic_ai import exceptions as pai
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
@@ -303,7 +303,7 @@ def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
         "prompted": True,
     }
     if mode == "auto":
-        return next(name for name in ("native", "tool", "prompted") if supported[name])  # type: ignore[return-value]
+        return next(name for name in ("native", "tool", "prompted") if supported[name])
     if not supported[mode]:
         raise CapabilityError(
             f"model {model.model_name!r} does not support {mode} structured output (its Pydantic AI profile)"
@@ -321,7 +321,7 @@ def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:
             return spec.model.model_validate_json(to_json(value))
         return handler(value)
 
-    validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[valid-type]
+    validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[name-defined]  # a runtime type, built per call
     if mode == "native":
         return NativeOutput(validated, name=spec.name)
     if mode == "prompted":
@@ -348,7 +348,7 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
 @dataclass(frozen=True, slots=True)
 class _RunOptions:
     model_settings: ModelSettings | None
-    retries: dict[str, int] | None
+    retries: AgentRetries | None
     usage_limits: UsageLimits | None
 
 
@@ -370,14 +370,14 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
     effort = settings.get("effort")
     if effort is not None and "thinking" not in chosen and model.profile.get("supports_thinking"):
         chosen["thinking"] = _EFFORTS.get(effort, effort)
-    retries = {
-        budget: count(name, settings[name], 0)
-        for name, budget in (("output_retries", "output"), ("tool_retries", "tools"))
-        if name in settings
-    }
+    retries = AgentRetries()
+    if "output_retries" in settings:
+        retries["output"] = count("output_retries", settings["output_retries"], 0)
+    if "tool_retries" in settings:
+        retries["tools"] = count("tool_retries", settings["tool_retries"], 0)
     limit = settings.get("request_limit")
     return _RunOptions(
-        model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]
+        model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]  # keys are filtered to ModelSettings' names above
         retries=retries or None,
         usage_limits=None
         if limit is None
@@ -554,7 +554,7 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*self.history, *_without_instructions(done)],  # type: ignore[list-item]
+            messages=[*self.history, *_without_instructions(done)],  # type: ignore[list-item]  # native messages; PartialResult holds Any
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
@@ -720,8 +720,8 @@ def _message_text(message: ModelMessage) -> str:
             pieces.append(part.model_response_str())
         elif isinstance(part, UserPromptPart):
             pieces.append(_user_text(part))
-        elif isinstance(getattr(part, "content", None), str):
-            pieces.append(part.content)  # type: ignore[union-attr]
+        elif isinstance(text := getattr(part, "content", None), str):
+            pieces.append(text)
     return "".join(pieces)
 
 

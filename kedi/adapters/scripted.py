@@ -205,7 +205,7 @@ def _tool_calls(number: int, value: Any) -> tuple[ToolCall, ...]:
             )
         if not isinstance(call_id, str) or not call_id:
             raise ValueError(f"{where}: 'id' must be a non-empty string")
-        calls.append(ToolCall(id=call_id, name=name, args=args))
+        calls.append(ToolCall(id=call_id, name=name, args=args))  # type: ignore[arg-type]  # RawArgs' validator takes an object too
     return tuple(calls)
 
 

@@ -60,7 +60,8 @@ def canonical_digest(value: Any) -> str:
 class MessageFormat(Protocol):
     """The part of an adapter's profile lanes read."""
 
-    message_format: str
+    @property
+    def message_format(self) -> str: ...
 
 
 class LaneOwner(Protocol):
@@ -69,9 +70,15 @@ class LaneOwner(Protocol):
     Any `kedi.adapters.Adapter` has all of it.
     """
 
-    shortname: str
-    model_name: str
-    profile: MessageFormat
+    # Read-only members: an adapter class sets `shortname` and `profile` as class variables.
+    @property
+    def shortname(self) -> str: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def profile(self) -> MessageFormat: ...
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize native messages to JSON-compatible data."""
@@ -350,7 +357,7 @@ def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
         if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
             raise KediUsageError("no adapter registry: import kedi before using conversations")
         return AdapterRegistry.create(adapter, model)
-    return adapter  # type: ignore[no-any-return]
+    return adapter
 
 
 def _key_for(adapter: Any, model: str | None, settings: Mapping[str, Any] | None) -> tuple[LaneOwner, LaneKey]:

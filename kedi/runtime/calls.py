@@ -91,7 +91,7 @@ class Transcript:
         elif callable(target) and not hasattr(target, "write"):
             self._sink = target
         else:
-            self._file = target  # type: ignore[assignment]
+            self._file = target  # type: ignore[assignment]  # any object with write(); IO[str] is what it is used as
         self.index = 0
 
     def write(self, record: dict[str, Any]) -> None:
@@ -245,7 +245,7 @@ class CallLayer:
         request = build_request(
             prompt=prompt,
             instructions=instructions,
-            history=history,  # type: ignore[arg-type]
+            history=history,
             output=output,
             tools=plan.tools,
             settings=plan.settings,

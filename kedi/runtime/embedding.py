@@ -97,7 +97,7 @@ def query(
                 transcript=transcript,
             )
 
-        return _runner(function, run)  # type: ignore[return-value]
+        return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     if func is not None:
         return decorate(func)
@@ -146,7 +146,7 @@ def bind(
                 settings=settings,
             )
 
-        return _runner(function, run)  # type: ignore[return-value]
+        return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     return decorate
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -119,13 +119,13 @@ class KediPromise:
     __format__ = _leaking("format")
     __bytes__ = _leaking("bytes")
     __bool__ = _leaking("truth test")
-    __eq__ = _leaking("comparison")  # type: ignore[assignment]
-    __ne__ = _leaking("comparison")  # type: ignore[assignment]
+    __eq__ = _leaking("comparison")
+    __ne__ = _leaking("comparison")
     __lt__ = _leaking("comparison")
     __le__ = _leaking("comparison")
     __gt__ = _leaking("comparison")
     __ge__ = _leaking("comparison")
-    __hash__ = _leaking("hashing")  # type: ignore[assignment]
+    __hash__ = _leaking("hashing")
     __len__ = _leaking("len")
     __iter__ = _leaking("iteration")
     __contains__ = _leaking("membership")
@@ -157,7 +157,9 @@ class Scheduler:
         await self._group.__aenter__()
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(
+        self, exc_type: Any, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:  # never swallows: returns False or raises the first call failure
         assert self._group is not None
         # Drain: every scheduled call runs to completion before the scope exits.
         await self._group.__aexit__(None, None, None)
@@ -175,7 +177,7 @@ class Scheduler:
                 log.warning("kedi: a concurrent model call also failed: %s", other.error)
         if exc is not None and exc is not first:
             log.warning("kedi: %s", exc)
-        raise first  # type: ignore[misc]
+        raise first  # type: ignore[misc]  # error is an Exception here; typed Any | None
 
     def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
         """Start `work` now; return the call whose result its promises share."""

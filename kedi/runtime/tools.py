@@ -54,7 +54,7 @@ def tool(
         raise KediUsageError(f"@kedi.tool: risk must be one of {', '.join(RISKS)}")
 
     def decorate(target: Callable[..., Any]) -> Callable[..., Any]:
-        target.__kedi_tool__ = ToolOptions(name, description, retries, risk)  # type: ignore[attr-defined]
+        target.__kedi_tool__ = ToolOptions(name, description, retries, risk)  # type: ignore[attr-defined]  # a marker attribute set on the user's function
         return target
 
     return decorate(function) if function is not None else decorate
@@ -128,7 +128,7 @@ class ToolBuilder:
             annotation = hints.get(parameter.name, Any)
             default = ... if parameter.default is inspect.Parameter.empty else parameter.default
             fields[parameter.name] = (annotation, Field(default, description=arg_docs.get(parameter.name)))
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             tool_name, __config__=ConfigDict(extra="forbid"), **fields
         )
         schema = model.model_json_schema()

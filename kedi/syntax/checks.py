@@ -205,7 +205,7 @@ class _ScopeBuilder:
             case ast.Import(names=None):
                 self.open = True
             case ast.Import(names=names):
-                for name in names:
+                for name in names or ():
                     scope.bind(name.name, "import")
             case ast.Export():
                 scope.refs.extend(_Ref(n.name, n.span, "export") for n in statement.names)
@@ -354,7 +354,8 @@ def _walk(node: Any) -> list[Any]:
         current = stack.pop()
         found.append(current)
         children = []
-        for name in _child_fields(type(current)):
+        node_type: type = type(current)
+        for name in _child_fields(node_type):
             value = getattr(current, name)
             for child in value if isinstance(value, tuple) else (value,):
                 if hasattr(child, "__dataclass_fields__"):
@@ -536,7 +537,7 @@ def _placed(
     for statement in body:
         name = _directive_name(statement)
         # `@test:` and `@eval:` have no directive spec: suites are top-level only.
-        allowed = SPECS[name].placements if name in SPECS else _TOP_ONLY
+        allowed = SPECS[name].placements if name is not None and name in SPECS else _TOP_ONLY
         if name is not None and where not in allowed:
             places = [_WHERE[p][1] for p in _WHERE if p in allowed]
             yield Diagnostic(
@@ -744,7 +745,7 @@ def _check_profile_members(context: _Context) -> Iterator[Diagnostic]:
         seen: set[str] = set()
         for member in profile.members:
             name = _directive_name(member)
-            if name not in SPECS or not SPECS[name].singleton:
+            if name is None or name not in SPECS or not SPECS[name].singleton:
                 continue
             if name in seen:
                 yield Diagnostic(
