@@ -60,7 +60,9 @@ def _skip_collections_at_exit() -> None:
 
 
 def _fail(error: KediError) -> NoReturn:
-    click.echo(error.render(), err=True)
+    from kedi.cli_output import render_error
+
+    render_error(error)
     sys.exit(1)
 
 
@@ -129,6 +131,7 @@ def main() -> None:
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
+@click.option("-v", "--verbose", count=True, help="Log tool failures and retries (-vv: debug).")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -139,17 +142,34 @@ def run(
     transcript: str | None,
     parallel: str | None,
     quiet: bool,
+    verbose: int,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.cli_output import logging_to_stderr
+
+    source, path = _read_source(file, command)
+    with logging_to_stderr(verbose):
+        _run(ctx, source, path, adapter, model, transcript, parallel, quiet)
+
+
+def _run(
+    ctx: click.Context,
+    source: str,
+    path: str,
+    adapter: str | None,
+    model: str | None,
+    transcript: str | None,
+    parallel: str | None,
+    quiet: bool,
+) -> None:
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
-    source, path = _read_source(file, command)
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)

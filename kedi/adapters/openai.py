@@ -303,7 +303,12 @@ class OpenAIAdapter(Adapter):
             except _Retry as retry:
                 if attempt >= options.max_retries:
                     raise retry.error from None
-                await anyio.sleep(_backoff(attempt, retry.after))
+                wait = _backoff(attempt, retry.after)
+                logger.info(
+                    "kedi: retrying in %.1f s (retry %d of %d): %s",
+                    wait, attempt + 1, options.max_retries, retry.error.message,
+                )
+                await anyio.sleep(wait)
                 attempt += 1
 
     async def _attempt(

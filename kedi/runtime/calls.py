@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from kedi.adapters.base import Adapter, CallResult, Exchange, OutputSpec, ToolSp
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
-from kedi.redaction import redact
+from kedi.redaction import logger, redact
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -151,7 +150,7 @@ class CallLayer:
         instance = self._adapters.get(key)
         if instance is None:
             if adapter is None and model is None and not self._noticed and not self.quiet:
-                print(OFFLINE_NOTICE, file=sys.stderr)
+                logger.warning(OFFLINE_NOTICE)
                 self._noticed = True
             instance = self._adapters[key] = create_adapter(adapter, model)
         return instance
