@@ -20,6 +20,8 @@ messages, reprs, logs) passes through `redact` (JSON-like values) or
 
 `logger` is kedi's one logger (`kedi`): its records are redacted too, so
 library code logs through it (tool failures, retries) and never prints.
+The records of `httpx` and `httpcore`, which log request URLs, are redacted
+as well.
 This module imports nothing from kedi, so every layer may use it.
 """
 
@@ -152,4 +154,6 @@ class _RedactRecords(logging.Filter):
 
 
 logger = logging.getLogger("kedi")
-logger.addFilter(_RedactRecords())
+# httpx logs each request's URL, credentials included, at INFO.
+for _name in ("kedi", "httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(_RedactRecords())
