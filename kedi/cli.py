@@ -59,10 +59,10 @@ def _skip_collections_at_exit() -> None:
     gc.freeze()
 
 
-def _fail(error: KediError) -> NoReturn:
+def _fail(error: KediError, hints: Sequence[str] = ()) -> NoReturn:
     from kedi.cli_output import render_error
 
-    render_error(error)
+    render_error(error, hints)
     sys.exit(1)
 
 
@@ -166,15 +166,27 @@ def _run(
     parallel: str | None,
     quiet: bool,
 ) -> None:
+    from kedi.cli_options import (
+        check_default_model,
+        missing_option_hints,
+        read_options,
+        unknown_option_error,
+    )
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
+    given = program_arguments(ctx.args)
+    read = read_options(source)
+    refused = unknown_option_error(given, read, path)
+    if refused is not None:
+        raise click.UsageError(refused)
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
+        check_default_model(adapter, model)
         result = program.run_sync(
-            args=program_arguments(ctx.args),
+            args=given,
             adapter=adapter,
             model=model,
             transcript=transcript,
@@ -182,7 +194,7 @@ def _run(
             quiet=quiet,
         )
     except KediError as error:
-        _fail(error)
+        _fail(error, missing_option_hints(given, read, path))
     if result is not None:
         click.echo(render(result))
 

@@ -10,7 +10,7 @@ with `-v`, DEBUG with `-vv`. Library code only logs; this module prints.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import click
@@ -21,13 +21,13 @@ from kedi.redaction import logger, redact_text
 _LEVELS = {0: logging.WARNING, 1: logging.INFO}
 
 
-def render_error(error: KediError) -> None:
-    """Print `error` to stderr as kedi renders it, secrets masked."""
+def render_error(error: KediError, hints: Sequence[str] = ()) -> None:
+    """Print `error` (and `hints`, one per line) to stderr as kedi renders it, secrets masked."""
     from rich.console import Console
     from rich.text import Text
 
     console = Console(stderr=True, soft_wrap=True, highlight=False)
-    for line in redact_text(error.render()).splitlines():
+    for line in redact_text("\n".join([error.render(), *hints])).splitlines():
         style = "bold red" if line.startswith(("Kedi error", "Inline Python error")) else None
         console.print(Text(line, style=style or ""))
 

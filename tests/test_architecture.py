@@ -140,6 +140,7 @@ LAYERS = (
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
     Layer("kedi.cli_output", _ANYTHING),
+    Layer("kedi.cli_options", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
 )
 

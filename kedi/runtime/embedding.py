@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,6 +123,11 @@ def bind(
     A relative `file` resolves from the Python file that defines the function.
     Without `reload` the file is read and checked at decoration time.
     """
+    if not isinstance(file, str | os.PathLike):
+        raise KediUsageError(
+            "@kedi.bind needs the .kedi file to run: write @kedi.bind(\"flow.kedi\"), "
+            f"not a bare @kedi.bind (it was given {type(file).__name__} {getattr(file, '__name__', file)!r})"
+        )
 
     def decorate(function: F) -> F:
         path = Path(file)
