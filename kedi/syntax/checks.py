@@ -486,6 +486,61 @@ def _check_reserved_args(context: _Context) -> Iterator[Diagnostic]:
                 )
 
 
+def _check_untyped_assignments(context: _Context) -> Iterator[Diagnostic]:
+    """`[x] = `0 + 1``: an untyped assignment is `str` (spec 2.6); a literal's type is known now.
+
+    The run would fail with "expected str, got int"; the check says so first,
+    so `kedi check` and `kedi run` agree.
+    """
+    for node in context.nodes:
+        if not isinstance(node, ast.Assign) or node.type is not None:
+            continue
+        segments = node.value.segments if isinstance(node.value, ast.Rendered) else ()
+        if len(segments) != 1 or not isinstance(segments[0], ast.BareBacktick):
+            continue
+        try:
+            tree = python_ast.parse(segments[0].code.code.strip(), mode="eval")
+        except SyntaxError:
+            continue  # reported where the code runs, with its Python line
+        kind = _literal_type(tree.body)
+        if kind is not None and kind != "str":
+            yield Diagnostic(
+                node.span,
+                f"assignment to `{node.target}`: the expression gives {kind}, "
+                "but an untyped assignment holds a str",
+                f"declare the type ([{node.target}: {kind}] = ...) or convert with `str(...)`",
+            )
+
+
+_NUMBERS = ("bool", "int", "float", "complex")
+_CONTAINERS = {
+    python_ast.List: "list",
+    python_ast.Tuple: "tuple",
+    python_ast.Dict: "dict",
+    python_ast.Set: "set",
+}
+
+
+def _literal_type(node: python_ast.expr) -> str | None:
+    """The type name of a literal Python expression (`1 + 2` is int), or None if not literal."""
+    if isinstance(node, python_ast.Constant):
+        return "None" if node.value is None else type(node.value).__name__
+    if type(node) in _CONTAINERS:
+        return _CONTAINERS[type(node)]
+    if isinstance(node, python_ast.UnaryOp) and not isinstance(node.op, python_ast.Not):
+        operand = _literal_type(node.operand)
+        return "int" if operand == "bool" else operand if operand in _NUMBERS else None
+    if isinstance(node, python_ast.BinOp):
+        left, right = _literal_type(node.left), _literal_type(node.right)
+        if left == right == "str" and isinstance(node.op, python_ast.Add):
+            return "str"
+        if left in _NUMBERS and right in _NUMBERS:
+            if isinstance(node.op, python_ast.Div):
+                return "complex" if "complex" in (left, right) else "float"
+            return max(left, right, "int", key=_NUMBERS.index)
+    return None
+
+
 # --------------------------------------------------------------------------- placement
 
 _WHERE: Mapping[Placement, tuple[str, str]] = {
@@ -871,6 +926,7 @@ _CHECKS: tuple[Callable[[_Context], Iterator[Diagnostic]], ...] = (
     _check_duplicate_outputs,
     _check_name_lists,
     _check_reserved_args,
+    _check_untyped_assignments,
     _check_placement,
     _check_backend_mix,
     _check_package_file,
