@@ -68,7 +68,7 @@ def test_a_program_that_reads_args_dynamically_accepts_any_option(tmp_path: Path
     flow = tmp_path / "flow.kedi"
     flow.write_text("= `sorted(args.as_dict())`\n")
     code, out, _ = run("run", str(flow), "--anything", "x")
-    assert (code, out) == (0, "['anything']\n")
+    assert (code, out) == (0, '["anything"]\n')
 
 
 # --------------------------------------------------------------------------- models
@@ -141,7 +141,8 @@ def test_tool_failures_are_logged_and_shown_by_run_v(
         '[{"tool_calls": [{"id": "c1", "name": "explode", "args": {"reason": "test"}}]}, "done"]'
     )
     flow = tmp_path / "flow.kedi"
-    flow.write_text("```\nimport sys\nsys.path.insert(0, %r)\nfrom tools import explode\n```\n> use: explode\n[x] << go\n= `x`\n" % str(tmp_path))
+    prelude = f"```\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom tools import explode\n```\n"
+    flow.write_text(prelude + "> use: explode\n[x] << go\n= `x`\n")
     code, out, err = run("run", str(flow), "-v", "--model", f"script:{replies}", "--quiet")
     assert (code, out) == (0, "done\n"), err
     assert "kedi: tool explode failed (attempt 1 of 1; the model gets the error): RuntimeError: boom: test" in err
