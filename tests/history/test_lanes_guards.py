@@ -23,7 +23,6 @@ from kedi.history.processors import (
 )
 
 
-
 def turn(n: int) -> list[Message]:
     return [Message(role="user", content=f"q{n}"), Message(role="assistant", content=f"a{n}")]
 
