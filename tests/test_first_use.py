@@ -149,3 +149,16 @@ def test_tool_failures_are_logged_and_shown_by_run_v(
     code, out, err = run("run", str(flow), "--model", f"script:{replies}", "--quiet")
     assert (code, err) == (0, "")  # without -v: not shown
     assert logging.getLogger("kedi").handlers == []  # the command removed its handler
+
+
+# --------------------------------------------------------------------------- replies files
+
+
+def test_a_text_reply_for_typed_captures_explains_the_outputs_form(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text('["hello"]')
+    source = ">> Name a city [city: str] and its size [size: int].\n= `city`\n"
+    code, _, err = run("run", "-c", source, "--model", f"script:{replies}")
+    assert code == 1
+    assert "entry 1 (a text reply) did not validate for the typed captures (city, size)" in err
+    assert '{"outputs": {"<capture>": <value>, ...}} (see docs/replies.md)' in err
