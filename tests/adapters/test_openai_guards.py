@@ -23,6 +23,7 @@ from kedi.errors import (
     ContextLengthError,
     HistoryProcessingValidationError,
     KediConfigError,
+    ModelNotFoundError,
     OutputValidationError,
     ProviderError,
 )
@@ -120,7 +121,7 @@ async def test_an_explicit_mode_never_steps_down(server: OpenAIServer) -> None:
 @pytest.mark.parametrize(
     ("status", "message", "code", "error"),
     [
-        (404, "response_format json_schema: no such model", None, ProviderError),
+        (404, "response_format json_schema: no such model", None, ModelNotFoundError),
         (400, "the model is overloaded", None, ProviderError),  # mentions no structured mode
         (400, "response_format too long for the context window", "context_length_exceeded", ContextLengthError),
     ],
@@ -132,7 +133,8 @@ async def test_other_failures_do_not_step_down(
     server.add(Reply(status, error_body(message, code=code)))
     with pytest.raises(error) as raised:
         await make(server).request(call(output=CITY))
-    assert len(server.bodies) == 1 and type(raised.value) is error or error is ProviderError
+    assert type(raised.value) is error
+    assert len(server.bodies) == 1
 
 
 # --------------------------------------------------------------------------- output tool
