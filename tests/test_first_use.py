@@ -51,7 +51,11 @@ def test_a_given_option_gets_no_hint_and_the_program_runs(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("source", "names", "complete"),
     [
-        ("= `args.name or 'x'` <args.count> `args['dry-run']`", {"name": 1, "count": 1, "dry_run": 1}, True),
+        (
+            "= `args.name or 'x'` <args.count> `args['dry-run']`",
+            {"name": 1, "count": 1, "dry_run": 1},
+            True,
+        ),
         ("= `vars(args)`", {}, False),
         ("= `args.as_dict()`", {"as_dict": 1}, False),
         ("Mention args in prose\n= `args.name`", {"name": 2}, False),
@@ -97,12 +101,20 @@ def test_bind_without_parentheses_says_how_to_write_it() -> None:
 
 @pytest.mark.parametrize(
     ("source", "kind"),
-    [("[v0] = `0 + 1`", "int"), ("[v0] = `1 / 2`", "float"), ("[v0] = `[1, 2]`", "list"), ("[v0] = `None`", "None")],
+    [
+        ("[v0] = `0 + 1`", "int"),
+        ("[v0] = `1 / 2`", "float"),
+        ("[v0] = `[1, 2]`", "list"),
+        ("[v0] = `None`", "None"),
+    ],
 )
 def test_check_rejects_what_the_run_would_reject(source: str, kind: str) -> None:
     code, _, err = run("check", "-c", source)
     assert code == 1
-    assert f"assignment to `v0`: the expression gives {kind}, but an untyped assignment holds a str" in err
+    assert (
+        f"assignment to `v0`: the expression gives {kind}, but an untyped assignment holds a str"
+        in err
+    )
     assert run("run", "-c", source)[0] == 1
 
 
@@ -124,7 +136,10 @@ def test_a_tool_hint_that_does_not_resolve_fails_naming_the_parameter() -> None:
         namespace,
     )
     builder = ToolBuilder(lambda procedure, expr: expr)
-    with pytest.raises(kedi.KediConfigError, match=r"tool 'lookup': the type hint of parameter 'when' \('Missing'\)"):
+    with pytest.raises(
+        kedi.KediConfigError,
+        match=r"tool 'lookup': the type hint of parameter 'when' \('Missing'\)",
+    ):
         builder.spec("lookup", namespace["lookup"])
 
 
@@ -141,11 +156,16 @@ def test_tool_failures_are_logged_and_shown_by_run_v(
         '[{"tool_calls": [{"id": "c1", "name": "explode", "args": {"reason": "test"}}]}, "done"]'
     )
     flow = tmp_path / "flow.kedi"
-    prelude = f"```\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom tools import explode\n```\n"
+    prelude = (
+        f"```\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom tools import explode\n```\n"
+    )
     flow.write_text(prelude + "> use: explode\n[x] << go\n= `x`\n")
     code, out, err = run("run", str(flow), "-v", "--model", f"script:{replies}", "--quiet")
     assert (code, out) == (0, "done\n"), err
-    assert "kedi: tool explode failed (attempt 1 of 1; the model gets the error): RuntimeError: boom: test" in err
+    assert (
+        "kedi: tool explode failed (attempt 1 of 1; the model gets the error): RuntimeError: boom: test"
+        in err
+    )
     code, out, err = run("run", str(flow), "--model", f"script:{replies}", "--quiet")
     assert (code, err) == (0, "")  # without -v: not shown
     assert logging.getLogger("kedi").handlers == []  # the command removed its handler

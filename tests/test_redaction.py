@@ -50,7 +50,9 @@ PROGRAM = "> history: enabled\n[first] << hello\n[second] << again\n= `first`\n"
 
 def leaks(text: str) -> list[str]:
     """The planted secrets found in `text`, in any spelling a server or Python may use."""
-    return [s for s in SECRETS if s in text or quote(s, safe="") in text or s.encode().hex() in text]
+    return [
+        s for s in SECRETS if s in text or quote(s, safe="") in text or s.encode().hex() in text
+    ]
 
 
 @pytest.fixture
@@ -69,7 +71,9 @@ def secret_url(server: OpenAIServer) -> str:
     return server.base_url.replace("http://", f"http://user:{URL_PASSWORD}@")
 
 
-def every_output(server: OpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> dict[str, str]:
+def every_output(
+    server: OpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> dict[str, str]:
     """Run the planted scenario; return each output kedi wrote, as text."""
     caplog.set_level(logging.DEBUG)
     server.add(
@@ -98,7 +102,9 @@ def every_output(server: OpenAIServer, tmp_path: Path, caplog: pytest.LogCapture
 
 
 def cli_stderr(server: OpenAIServer) -> str:
-    server.add(Reply(500, error_body(ECHO), headers={"retry-after": "0"}), Reply(401, error_body(ECHO)))
+    server.add(
+        Reply(500, error_body(ECHO), headers={"retry-after": "0"}), Reply(401, error_body(ECHO))
+    )
     env = {"OPENAI_API_KEY": API_KEY + "\r\n", "OPENAI_BASE_URL": secret_url(server)}
     result = CliRunner().invoke(
         main, ["run", "-vv", "-c", PROGRAM, "--adapter", "openai", "--model", MODEL], env=env
@@ -113,7 +119,9 @@ def test_no_output_holds_a_planted_secret(
     outputs = every_output(server, tmp_path, caplog)
     assert {name: leaks(text) for name, text in outputs.items()} == dict.fromkeys(outputs, [])
     # The outputs are real: the scenario reached each of them.
-    assert "AuthenticationError" in outputs["exception"] and "AuthenticationError" in outputs["stderr"]
+    assert (
+        "AuthenticationError" in outputs["exception"] and "AuthenticationError" in outputs["stderr"]
+    )
     assert "retrying" in outputs["logs"] and "retrying" in outputs["stderr"]
     assert "surrounding whitespace" in outputs["stderr"]
     assert f"echo {MASK}" in outputs["store"] and f'"apiKey": "{MASK}"' in outputs["transcript"]
@@ -121,7 +129,10 @@ def test_no_output_holds_a_planted_secret(
 
 
 def test_the_grep_sees_leaks_when_redaction_is_off(
-    server: OpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    server: OpenAIServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     never = re.compile(r"(?!)")
     monkeypatch.setattr(redaction, "_spellings", lambda secrets: ())
@@ -147,8 +158,19 @@ def test_a_key_with_surrounding_whitespace_is_stripped_with_a_warning(
 
 @pytest.mark.parametrize(
     "key",
-    ["Authorization", "proxy-authorization", "api-key", "x-api-key", "apiKey", "openai_api_key",
-     "access_token", "client_secret", "db_password", "Cookie", "credentials"],
+    [
+        "Authorization",
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "apiKey",
+        "openai_api_key",
+        "access_token",
+        "client_secret",
+        "db_password",
+        "Cookie",
+        "credentials",
+    ],
 )
 def test_secret_named_keys_are_masked_at_any_depth(key: str) -> None:
     value = {"outer": [{"inner": {key: "s3cr3t-value"}}], "temperature": 0.2}
@@ -163,12 +185,16 @@ def test_ordinary_keys_are_kept(key: str) -> None:
 
 def test_a_container_under_a_secret_key_is_walked_not_blanked() -> None:
     schema = {"properties": {"token": {"type": "string", "description": "Bearer abc.def"}}}
-    assert redact(schema) == {"properties": {"token": {"type": "string", "description": f"Bearer {MASK}"}}}
+    assert redact(schema) == {
+        "properties": {"token": {"type": "string", "description": f"Bearer {MASK}"}}
+    }
 
 
 def test_text_rules_mask_bearer_and_url_credentials() -> None:
     text = "GET https://me:hunter2@api.example/v1 with Authorization: Bearer abc.def-123"
-    assert redact_text(text) == f"GET https://{MASK}@api.example/v1 with Authorization: Bearer {MASK}"
+    assert (
+        redact_text(text) == f"GET https://{MASK}@api.example/v1 with Authorization: Bearer {MASK}"
+    )
 
 
 def test_a_known_secret_is_masked_in_every_spelling() -> None:

@@ -107,7 +107,10 @@ async def test_a_422_rejection_steps_down_too(server: OpenAIServer) -> None:
         Reply(422, error_body("response_format json_schema unsupported")),
         Reply(body=completion(tool_calls=[tool_call("c1", "final_result", CITY_ARGS)])),
     )
-    assert (await make(server).request(call(output=CITY))).value == {"name": "Paris", "population": 1}
+    assert (await make(server).request(call(output=CITY))).value == {
+        "name": "Paris",
+        "population": 1,
+    }
 
 
 @pytest.mark.anyio
@@ -123,7 +126,12 @@ async def test_an_explicit_mode_never_steps_down(server: OpenAIServer) -> None:
     [
         (404, "response_format json_schema: no such model", None, ModelNotFoundError),
         (400, "the model is overloaded", None, ProviderError),  # mentions no structured mode
-        (400, "response_format too long for the context window", "context_length_exceeded", ContextLengthError),
+        (
+            400,
+            "response_format too long for the context window",
+            "context_length_exceeded",
+            ContextLengthError,
+        ),
     ],
 )
 @pytest.mark.anyio
@@ -150,7 +158,10 @@ async def test_the_output_tool_takes_a_free_name_and_the_description_names_the_o
     assert result.value == {"name": "Paris", "population": 1}
     body = server.bodies[0]
     output = body["tools"][-1]["function"]
-    assert (output["name"], output["description"]) == ("final_result__", "Give the final City answer.")
+    assert (output["name"], output["description"]) == (
+        "final_result__",
+        "Give the final City answer.",
+    )
     assert body["tool_choice"] == "required"  # other tools may run first
 
 
@@ -167,7 +178,14 @@ async def test_a_reply_without_the_output_call_is_corrected_and_other_calls_run(
     tool = ToolSpec("lookup", "Look up.", {"type": "object", "properties": {}}, lookup)
     server.add(
         Reply(body=completion("I think Paris")),
-        Reply(body=completion(tool_calls=[tool_call("c1", "lookup", "{}"), tool_call("c2", "final_result", CITY_ARGS)])),
+        Reply(
+            body=completion(
+                tool_calls=[
+                    tool_call("c1", "lookup", "{}"),
+                    tool_call("c2", "final_result", CITY_ARGS),
+                ]
+            )
+        ),
     )
     result = await make(server, structured_mode="tool").request(call(output=CITY, tools=(tool,)))
     assert result.value == {"name": "Paris", "population": 1} and seen == [{}]
@@ -182,7 +200,9 @@ async def test_output_retries_run_out_with_every_problem_and_the_attempt_count(
 ) -> None:
     server.add(Reply(body=completion(tool_calls=[tool_call("c1", "final_result", "")])))
     with pytest.raises(OutputValidationError) as raised:
-        await make(server, structured_mode="tool").request(call(output=CITY, settings={"output_retries": 0}))
+        await make(server, structured_mode="tool").request(
+            call(output=CITY, settings={"output_retries": 0})
+        )
     message = str(raised.value)
     assert "did not validate after 1 attempt: " in message and "attempts" not in message
     assert "name: Field required; population: Field required" in message.replace("`", "")
@@ -216,7 +236,9 @@ async def test_prompted_instructions_keep_non_ascii_schema_text(server: OpenAISe
 # --------------------------------------------------------------------------- errors and retries
 
 
-def test_backoff_doubles_to_its_cap_with_at_most_a_quarter_of_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_backoff_doubles_to_its_cap_with_at_most_a_quarter_of_jitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for draw, factor in ((0.0, 1.0), (0.5, 0.875), (0.999999, 0.75)):
         monkeypatch.setattr(random, "random", lambda draw=draw: draw)
         waits = [_backoff(attempt, None) for attempt in range(6)]
@@ -226,7 +248,9 @@ def test_backoff_doubles_to_its_cap_with_at_most_a_quarter_of_jitter(monkeypatch
 
 
 @pytest.mark.anyio
-async def test_an_error_reply_that_is_not_json_reports_its_text_or_reason(server: OpenAIServer) -> None:
+async def test_an_error_reply_that_is_not_json_reports_its_text_or_reason(
+    server: OpenAIServer,
+) -> None:
     long = "x" * 600
     # `events` sends raw lines: a body that is not JSON, then an empty one.
     server.add(Reply(500, events=[long]), Reply(503, events=[]))
@@ -243,7 +267,9 @@ async def test_an_error_reply_that_is_not_json_reports_its_text_or_reason(server
 @pytest.mark.anyio
 async def test_transport_failures_are_marked_retryable(server: OpenAIServer) -> None:
     dead = OpenAIAdapter(MODEL, base_url="http://127.0.0.1:9/v1", max_retries=0)
-    with pytest.raises(ProviderError, match="cannot reach http://127.0.0.1:9/v1/chat/completions") as raised:
+    with pytest.raises(
+        ProviderError, match="cannot reach http://127.0.0.1:9/v1/chat/completions"
+    ) as raised:
         await dead.request(call())
     assert raised.value.retryable is True
     server.add(Reply(body=completion("late"), delay=1.0))
@@ -283,7 +309,9 @@ async def test_a_stream_error_status_and_a_bad_chunk_are_mapped(server: OpenAISe
     adapter = make(server, stream=True)
     with pytest.raises(ProviderError, match=r"rejected the credentials \(HTTP 401\): bad key"):
         await adapter.request(call())
-    with pytest.raises(ProviderError, match="sent a reply that is not a stream chunk in the OpenAI format"):
+    with pytest.raises(
+        ProviderError, match="sent a reply that is not a stream chunk in the OpenAI format"
+    ):
         await adapter.request(call())
 
 
@@ -293,8 +321,14 @@ async def test_a_stream_error_status_and_a_bad_chunk_are_mapped(server: OpenAISe
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"model": None}, "the openai adapter needs a model: pass --model, use `> model:`, or OpenAIAdapter(model=...)"),
-        ({"model": MODEL, "structured_mode": "native"}, "unknown structured_mode 'native'; use one of auto, json_schema, tool, prompted"),
+        (
+            {"model": None},
+            "the openai adapter needs a model: pass --model, use `> model:`, or OpenAIAdapter(model=...)",
+        ),
+        (
+            {"model": MODEL, "structured_mode": "native"},
+            "unknown structured_mode 'native'; use one of auto, json_schema, tool, prompted",
+        ),
         ({"model": MODEL, "timeout": -1}, "timeout"),
         ({"model": MODEL, "base_url": "http://[::1"}, "invalid OpenAI base URL"),
     ],

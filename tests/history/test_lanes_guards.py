@@ -37,7 +37,9 @@ def test_the_digest_is_sha256_of_compact_sorted_json() -> None:
 
 
 def test_the_digest_takes_values_json_cannot_and_sets_of_mixed_types() -> None:
-    assert canonical_digest({"price": Decimal("1.5")}) != canonical_digest({"price": Decimal("2.5")})
+    assert canonical_digest({"price": Decimal("1.5")}) != canonical_digest(
+        {"price": Decimal("2.5")}
+    )
     assert canonical_digest({"tags": {1, "a"}}) == canonical_digest({"tags": {"a", 1}})
     assert canonical_digest({"tags": {"a"}}) != canonical_digest({"tags": {"b"}})
 
@@ -47,7 +49,10 @@ def test_key_defaults_and_labels() -> None:
     key = LaneKey.for_call(adapter, {})
     assert (key.mcp, key.tools) == ("", "")
     assert key.label().startswith("offline/offline#")
-    others = [LaneKey.for_call(adapter, {"seed": 1}), LaneKey.for_call(adapter, {}, tools_digest="t")]
+    others = [
+        LaneKey.for_call(adapter, {"seed": 1}),
+        LaneKey.for_call(adapter, {}, tools_digest="t"),
+    ]
     others.append(LaneKey.for_call(adapter, {}, mcp_digest="m"))
     assert len({key.label(), *(other.label() for other in others)}) == 4
 
@@ -109,7 +114,13 @@ class AsyncCallable:
 
 async def _run(processor: Any, messages: list[Message]) -> Any:
     return await run_history_processor(
-        processor, messages, PORTABLE, adapter_shortname="offline", model_id="m", request_index=3, cache_epoch=2
+        processor,
+        messages,
+        PORTABLE,
+        adapter_shortname="offline",
+        model_id="m",
+        request_index=3,
+        cache_epoch=2,
     )
 
 
@@ -129,7 +140,14 @@ def test_a_chain_runs_every_stage_with_the_callers_context() -> None:
     seen: list[tuple[Any, ...]] = []
 
     def spy(context: Any) -> Any:
-        seen.append((context.adapter_shortname, context.model_id, context.request_index, context.cache_epoch))
+        seen.append(
+            (
+                context.adapter_shortname,
+                context.model_id,
+                context.request_index,
+                context.cache_epoch,
+            )
+        )
         return context.messages
 
     assert chain_processors(None, spy, None) is spy
