@@ -13,9 +13,10 @@ neither the parser nor the runtime.
 
 from __future__ import annotations
 
-# Imported as modules, so that every name `kedi` binds is public API (see __all__).
-import importlib
-import typing
+# Private aliases, and `annotations` (the __future__ feature) removed: no helper
+# module or feature object is an attribute of the package (test_public_api).
+import importlib as _importlib
+import typing as _typing
 
 from kedi.errors import (
     AdapterError,
@@ -49,7 +50,7 @@ from kedi.errors import (
     TurnAbandoned,
 )
 
-if typing.TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from kedi.adapters.base import Adapter
     from kedi.history import (
         INTERRUPTED_RESULT,
@@ -122,13 +123,13 @@ The `TYPE_CHECKING` imports above say the same for type checkers and IDEs;
 """
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name's module on first use and keep the name (PEP 562)."""
     try:
         module, attribute = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attribute)
+    value = getattr(_importlib.import_module(module), attribute)
     globals()[name] = value  # later look-ups find it without calling __getattr__
     return value
 
@@ -137,6 +138,8 @@ def __dir__() -> list[str]:
     """List the public names too, imported or not, so `dir(kedi)` shows the API."""
     return sorted({*globals(), *__all__})
 
+
+del annotations  # the name the __future__ import binds; the feature stays on
 
 __version__ = "0.1.0"
 

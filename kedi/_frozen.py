@@ -29,10 +29,10 @@ def constructor(cls: type[T]) -> Callable[..., T]:
     the same: ``constructor(C)(**values) == C(**values)``, still frozen, and
     defaults and default factories apply as in `C(...)`.
     """
-    twin = type(f"_Building{cls.__name__}", (), {"__slots__": cls.__slots__})  # type: ignore[attr-defined]
+    twin = type(f"_Building{cls.__name__}", (), {"__slots__": cls.__slots__})  # type: ignore[attr-defined]  # cls is a slotted dataclass
     namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_MISSING": MISSING}
     params, sets = [], []
-    for item in fields(cls):  # type: ignore[arg-type]
+    for item in fields(cls):  # type: ignore[arg-type]  # cls is a dataclass
         name = item.name
         if item.kw_only and "*" not in params:
             params.append("*")

@@ -102,10 +102,10 @@ def _stderr_text(text: str) -> None:
     click.echo(text, nl=False, err=True)
 
 
-def _fail(error: KediError, hint: str = "") -> NoReturn:
-    click.echo(error.render(), err=True)
-    if hint:
-        click.echo(hint, err=True)
+def _fail(error: KediError, hints: Sequence[str] = ()) -> NoReturn:
+    from kedi.cli_output import render_error
+
+    render_error(error, hints)
     sys.exit(1)
 
 
@@ -183,11 +183,32 @@ def main() -> None:
 @click.option("--resume", metavar="SESSION", help="Continue the session's failed run from its partial.")
 @click.option("--replay", metavar="SESSION", help="Serve every model call from the session's last run.")
 @click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
+@click.option("-v", "--verbose", count=True, help="Log tool failures and retries (-vv: debug).")
 @click.pass_context
 def run(
     ctx: click.Context,
     file: str | None,
     command: str | None,
+    verbose: int,
+    **options: Any,
+) -> None:
+    """Check and run a Kedi program; print its result to stdout.
+
+    Options after FILE that kedi does not own become the program's `args`
+    (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
+    """
+    from kedi.cli_output import logging_to_stderr
+
+    source, path = _read_source(file, command)
+    with logging_to_stderr(verbose):
+        _run(ctx, source, path, **options)
+
+
+def _run(
+    ctx: click.Context,
+    source: str,
+    path: str,
+    *,
     adapter: str | None,
     model: str | None,
     transcript: str | None,
@@ -197,26 +218,32 @@ def run(
     stream: bool,
     **session_options: Any,
 ) -> None:
-    """Check and run a Kedi program; print its result to stdout.
-
-    Options after FILE that kedi does not own become the program's `args`
-    (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
-    """
     from kedi.cli_history import SessionOptions, run_session
+    from kedi.cli_options import (
+        check_default_model,
+        missing_option_hints,
+        read_options,
+        unknown_option_error,
+    )
     from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
-    source, path = _read_source(file, command)
+    given = program_arguments(ctx.args)
+    read = read_options(source)
+    refused = unknown_option_error(given, read, path)
+    if refused is not None:
+        raise click.UsageError(refused)
     stored = None
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
+        check_default_model(adapter, model)
         stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
         try:
             result = program.run_sync(
-                args=program_arguments(ctx.args),
+                args=given,
                 adapter=adapter,
                 model=model,
                 transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
@@ -229,14 +256,14 @@ def run(
         except BaseException as error:
             hint = stored.finish(error) if stored is not None else ""
             if isinstance(error, KediError):
-                _fail(error, hint)
+                _fail(error, [*missing_option_hints(given, read, path), *([hint] if hint else [])])
             if hint:
                 click.echo(hint, err=True)
             raise
         if stored is not None:
             stored.finish(None)
     except KediError as error:
-        _fail(error)
+        _fail(error, missing_option_hints(given, read, path))
     finally:
         if stream:
             click.echo(err=True)  # end the streamed text's line

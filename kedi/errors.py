@@ -43,8 +43,25 @@ from typing import Any
 from kedi.source import Span
 
 
+def redact_text(text: str) -> str:
+    """`kedi.redaction.redact_text`, imported on first use (`import kedi` stays light)."""
+    from kedi.redaction import redact_text as redact
+
+    return redact(text)
+
+
 class KediError(Exception):
-    """Base class of every kedi exception."""
+    """Base class of every kedi exception.
+
+    Its `str` and `repr` are redacted (`kedi.redaction`): a message that quotes
+    a server's reply or a URL never shows a key.
+    """
+
+    def __str__(self) -> str:
+        return redact_text(super().__str__())
+
+    def __repr__(self) -> str:
+        return redact_text(super().__repr__())
 
     def render(self, use_color: bool = False) -> str:
         """Return the text shown to a user (the CLI prints this to stderr)."""
@@ -206,6 +223,7 @@ class KediExecutionError(KediError):
         original: BaseException | None = None,
         python_traces: tuple[KediPythonTrace, ...] = (),
     ) -> None:
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
         self.frames = tuple(frames)
@@ -218,7 +236,7 @@ class KediExecutionError(KediError):
         return getattr(self.original, "partial", None)
 
     def __str__(self) -> str:
-        return self.render()
+        return redact_text(self.render())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
@@ -297,7 +315,7 @@ class KediKeyExecutionError(KediExecutionError, KeyError):
     """A key lookup failed while running the program."""
 
     def __str__(self) -> str:
-        return self.render()
+        return redact_text(self.render())
 
 
 class KediNameError(KediExecutionError, NameError):
@@ -315,6 +333,7 @@ class AdapterError(KediError):
     """A model call failed. `partial` holds what completed before the failure."""
 
     def __init__(self, message: str, *, partial: Any = None) -> None:
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
         self.partial = partial

@@ -43,7 +43,7 @@ def new_span(path: str, line: int, column: int, end_line: int, end_column: int) 
     Calling the class runs the named tuple's Python `__new__` through the type
     machinery; building the tuple directly is the same object for a third less.
     """
-    return _tuple_new(Span, (path, line, column, end_line, end_column))  # type: ignore[no-any-return]
+    return _tuple_new(Span, (path, line, column, end_line, end_column))
 
 
 def read_source(path: str | os.PathLike[str]) -> str:

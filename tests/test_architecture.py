@@ -115,23 +115,27 @@ class Layer:
 
 
 _ANYTHING = ("kedi",)
+_BOTTOM = ("kedi.redaction", "kedi.settings")
 LAYERS = (
     # The lowest layer: each of these two may import only the other; `kedi._frozen`
     # (a constructor helper) imports no kedi module and anything may use it.
     Layer("kedi._frozen", ()),
+    # Redaction and the setting names import no kedi module; every layer may use them.
+    Layer("kedi.redaction", ()),
+    Layer("kedi.settings", ()),
     Layer("kedi.source", ("kedi.source", "kedi.errors")),
-    Layer("kedi.errors", ("kedi.errors", "kedi.source")),
-    Layer("kedi.syntax", ("kedi._frozen", "kedi.source", "kedi.errors", "kedi.syntax")),
-    Layer("kedi.history", ("kedi.errors", "kedi.source", "kedi.history")),
+    Layer("kedi.errors", ("kedi.errors", "kedi.source", "kedi.redaction")),
+    Layer("kedi.syntax", ("kedi._frozen", "kedi.source", "kedi.errors", "kedi.syntax", *_BOTTOM)),
+    Layer("kedi.history", ("kedi.errors", "kedi.source", "kedi.history", *_BOTTOM)),
     Layer(
         "kedi.adapters",
-        ("kedi._frozen", "kedi.history", "kedi.errors", "kedi.source", "kedi.adapters"),
+        ("kedi._frozen", "kedi.history", "kedi.errors", "kedi.source", "kedi.adapters", *_BOTTOM),
     ),
     # Only the contract, the registry and the run scope: concrete adapters load
     # lazily by name (G11).
     Layer(
         "kedi.runtime",
-        ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.runtime"),
+        ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.runtime", *_BOTTOM),
         ("kedi.adapters", "kedi.adapters.base", "kedi.adapters.resources"),
     ),
     # The documented adapter names: the adapters package and the processor context.
@@ -142,6 +146,8 @@ LAYERS = (
     Layer("kedi.cli_chat", _ANYTHING),
     Layer("kedi.cli_history", _ANYTHING),
     Layer("kedi.cli_history_io", _ANYTHING),
+    Layer("kedi.cli_output", _ANYTHING),
+    Layer("kedi.cli_options", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),

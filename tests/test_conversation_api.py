@@ -24,7 +24,7 @@ from kedi.adapters.offline import OfflineAdapter
 from kedi.adapters.scripted import ScriptAdapter
 from kedi.errors import AdapterError, ProviderError
 from kedi.history import INTERRUPTED_RESULT, Message
-from kedi.history.lanes import canonical_digest
+from kedi.history.lanes import LaneKey, canonical_digest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "history.md"
 
@@ -362,7 +362,9 @@ def test_saved_conversations_hold_no_settings_values() -> None:
     CHAT.run_sync(args={"message": "hi"}, conversation=conversation, settings=settings)
     text = conversation.dumps()
     assert "sk-live-123" not in text and "tok-456" not in text and "temperature" not in text
-    assert json.loads(text)["lanes"][0]["key"]["settings"] == canonical_digest(settings)
+    # extra_headers is transport-only: the lane key leaves it out.
+    shaping = {"temperature": 0.2, "api_key": "sk-live-123"}
+    assert json.loads(text)["lanes"][0]["key"]["settings"] == canonical_digest(shaping)
 
 
 # --------------------------------------------------------------------------- the docs run
@@ -375,3 +377,20 @@ def test_the_python_examples_in_the_history_docs_run(tmp_path: Path, monkeypatch
     namespace: dict[str, Any] = {"__name__": "docs_history"}
     for number, block in enumerate(blocks, start=1):
         exec(compile(block, f"docs/history.md python block {number}", "exec"), namespace)
+
+
+def test_rotating_a_token_or_a_timeout_continues_the_history() -> None:
+    """The repro of issue 17: three runs with new transport settings, one lane of 6 messages."""
+    conversation = kedi.Conversation()
+    for token, timeout in (("tok-1", 30), ("tok-2", 30), ("tok-2", 90)):
+        settings = {"temperature": 0.2, "extra_headers": {"Authorization": f"Bearer {token}"}, "timeout": timeout}
+        CHAT.run_sync(args={"message": token}, conversation=conversation, settings=settings)
+    assert [len(lane) for lane in conversation.lanes.values()] == [6]
+
+
+def test_credentials_in_the_base_url_do_not_split_lanes() -> None:
+    from kedi.adapters.openai import OpenAIAdapter
+
+    first = OpenAIAdapter("m", base_url="http://user:old-pass@127.0.0.1:9/v1", api_key="k1")
+    second = OpenAIAdapter("m", base_url="http://user:new-pass@127.0.0.1:9/v1", api_key="k2")
+    assert LaneKey.for_call(first, {}) == LaneKey.for_call(second, {})

@@ -17,3 +17,25 @@ def test_ruff_finds_nothing() -> None:
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_finds_nothing() -> None:
+    """Types are checked with the config in pyproject.toml ([tool.mypy]): zero errors."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "kedi"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_type_ignore_names_its_code_and_reason() -> None:
+    """`# type: ignore[code]  # why`: a bare ignore hides every future error on its line."""
+    import re
+
+    bare = re.compile(r"# type: ignore(?!\[[a-z, -]+\]  # \S)")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "kedi").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, f"give these a code and a reason: {found}"

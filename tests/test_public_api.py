@@ -222,7 +222,7 @@ def _type_checking_imports(path: Path) -> dict[str, tuple[str, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imports: dict[str, tuple[str, str]] = {}
     for node in tree.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING":
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING":
             for statement in node.body:
                 assert isinstance(statement, ast.ImportFrom) and statement.module
                 for alias in statement.names:
@@ -240,6 +240,12 @@ def test_every_public_name_is_eager_or_lazy_but_not_both() -> None:
     assert set(kedi._LAZY) <= set(kedi.__all__)
     assert eager | set(kedi._LAZY) == set(kedi.__all__)
     assert all(getattr(kedi, name).__module__ == "kedi.errors" for name in eager)
+
+
+def test_no_helper_module_is_an_attribute_of_the_package() -> None:
+    """`kedi.typing` and friends were reachable (issue 17): only public names are."""
+    for name in ("annotations", "importlib", "typing"):
+        assert not hasattr(kedi, name), name
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

@@ -6,8 +6,8 @@ offline model never import a model framework.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
-from typing import Any
 
 from kedi.adapters.base import (
     Adapter,
@@ -91,12 +91,16 @@ def create_adapter(adapter: Any, model: Any) -> Adapter:
         framework_adapter: Any = adapter_class(framework)
         return framework_adapter(model)  # type: ignore[no-any-return]
     if model is not None and model.startswith("script:"):
-        return adapter_class("script")(model[len("script:") :])
+        return _build("script", model[len("script:") :])
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):
-        cls: Any = adapter_class("offline")
-        return cls() if model in (None, "offline") else cls(model)
-    name = adapter or DEFAULT_ADAPTER
-    return adapter_class(name)(model)
+        return _build("offline") if model in (None, "offline") else _build("offline", model)
+    return _build(adapter or DEFAULT_ADAPTER, model)
+
+
+def _build(name: str, *model: str | None) -> Adapter:
+    # Concrete adapters take the model name first; the `Adapter` base declares no constructor.
+    build: Callable[..., Adapter] = adapter_class(name)
+    return build(*model)
 
 
 _FRAMEWORK_BASES = {

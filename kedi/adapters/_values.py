@@ -427,11 +427,11 @@ def _emit(items: list[tuple[Any, Any]], extra: int, groups: dict[int, str]) -> s
         if op is sre.LITERAL:
             out.append(chr(arg))
         elif op is sre.NOT_LITERAL:
-            out.append(_pick(lambda c, code=arg: ord(c) != code))
+            out.append(_pick(functools.partial(_not_literal, arg)))
         elif op is sre.ANY:
             out.append("a")
         elif op is sre.IN:
-            out.append(_pick(lambda c, members=arg: _in_class(members, c)))
+            out.append(_pick(functools.partial(_in_class, arg)))
         elif op in _REPEATS:
             least, most, sub = arg
             count = least + extra if most is sre.MAXREPEAT else min(least + extra, most)
@@ -453,13 +453,17 @@ def _emit(items: list[tuple[Any, Any]], extra: int, groups: dict[int, str]) -> s
             branch = yes if group in groups else no
             out.append(_emit(list(branch), extra, groups) if branch is not None else "")
         elif op is sre.CATEGORY:
-            out.append(_pick(lambda c, cat=arg: _in_category(cat, c)))
+            out.append(_pick(functools.partial(_in_category, arg)))
         # Anchors and lookarounds emit nothing; the final re.search judges them.
     return "".join(out)
 
 
 def _pick(accepts: Callable[[str], bool]) -> str:
     return next((c for c in _POOL if accepts(c)), "a")
+
+
+def _not_literal(code: int, char: str) -> bool:
+    return ord(char) != code
 
 
 def _in_class(members: list[tuple[Any, Any]], char: str) -> bool:

@@ -171,28 +171,6 @@ class AdapterProfile:
     """Setting names the adapter forwards; others are filtered at the boundary."""
 
 
-COMMON_SETTINGS = frozenset(
-    {
-        "temperature",
-        "max_tokens",
-        "top_p",
-        "seed",
-        "stop",
-        "stop_sequences",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "timeout",
-        "parallel_tool_calls",
-        "tool_choice",
-        "extra_headers",
-        "extra_body",
-        "service_tier",
-        "thinking",
-    }
-)
-
-
 class Adapter(ABC):
     """Base class of every model backend."""
 

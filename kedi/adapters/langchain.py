@@ -438,7 +438,7 @@ class _Turn:
         """Send one model request (history processed first); add the reply to the turn."""
         messages = await self._processed()
         instructions = self.request.instructions
-        sent = [SystemMessage(instructions)] if instructions else []
+        sent: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
         sent += [message for message in messages if not isinstance(message, SystemMessage)]
         try:
             if self.request.on_delta is not None and self.request.output is None:
@@ -615,7 +615,7 @@ class _Turn:
             return None
         return PartialResult(
             stage=stage,
-            messages=[*self.history, *self.turn[: ends[-1] + 1]],  # type: ignore[list-item]
+            messages=[*self.history, *self.turn[: ends[-1] + 1]],  # type: ignore[list-item]  # native messages; PartialResult holds Any
             usage=self.usage,
             requests=self.usage.requests,
             tool_calls=self.usage.tool_calls,
@@ -748,7 +748,7 @@ class _LangChainClassifier:
             )
             return MessageInfo(
                 "assistant",
-                opens=tuple(call["id"] for call in calls if call.get("id")),
+                opens=tuple(call_id for call in calls if (call_id := call.get("id"))),
                 protected=(*own, *((SIGNED_THINKING,) if signed else ())),
                 is_text_only=not calls and _is_text(message),
             )

@@ -34,7 +34,6 @@ from kedi.adapters._portable import (
 )
 from kedi.adapters._values import synthesize
 from kedi.adapters.base import (
-    COMMON_SETTINGS,
     Adapter,
     AdapterProfile,
     CallRequest,
@@ -42,6 +41,7 @@ from kedi.adapters.base import (
     OutputSpec,
 )
 from kedi.errors import OutputValidationError
+from kedi.settings import COMMON_SETTINGS
 
 _PREVIEW = 60
 

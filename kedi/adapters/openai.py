@@ -91,7 +91,6 @@ from kedi.adapters._portable import (
 )
 from kedi.adapters._sse import DONE, BodyReader, BodyTooLarge, StreamAccumulator, sse_payloads
 from kedi.adapters.base import (
-    COMMON_SETTINGS,
     Adapter,
     AdapterProfile,
     CallRequest,
@@ -108,6 +107,8 @@ from kedi.errors import (
     ProviderError,
 )
 from kedi.history import Message, ToolCall, join_instructions
+from kedi.redaction import logger, redact_text, remember_secret, secret_values
+from kedi.settings import COMMON_SETTINGS
 
 StructuredMode = Literal["auto", "json_schema", "tool", "prompted"]
 
@@ -179,7 +180,9 @@ class OpenAIAdapter(Adapter):
             )
         self.model_name = model
         self.base_url = _base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self._api_key = _clean_key(
+            api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        )
         self.structured_mode: StructuredMode = structured_mode
         self.stream = stream
         self.max_retries = count("max_retries", max_retries, 0)
@@ -191,7 +194,7 @@ class OpenAIAdapter(Adapter):
         self._auto_modes: dict[str, StructuredMode] = {}
 
     def __repr__(self) -> str:
-        return f"OpenAIAdapter(model={self.model_name!r}, base_url={self.base_url!r})"
+        return redact_text(f"OpenAIAdapter(model={self.model_name!r}, base_url={self.base_url!r})")
 
     async def request(self, request: CallRequest) -> CallResult:
         """Run one call: its tool loop, structured-output retries and request retries."""
@@ -321,6 +324,8 @@ class OpenAIAdapter(Adapter):
     ) -> _Reply:
         """POST one request, retrying transient failures; raise a mapped `ProviderError`."""
         headers = httpx.Headers(options.headers)
+        for secret in secret_values(options.headers):
+            remember_secret(secret)  # a server may echo a header's key back in an error
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         attempt = 0
@@ -330,7 +335,12 @@ class OpenAIAdapter(Adapter):
             except _Retry as retry:
                 if attempt >= options.max_retries:
                     raise retry.error from None
-                await anyio.sleep(_backoff(attempt, retry.after))
+                wait = _backoff(attempt, retry.after)
+                logger.info(
+                    "kedi: retrying in %.1f s (retry %d of %d): %s",
+                    wait, attempt + 1, options.max_retries, retry.error.message,
+                )
+                await anyio.sleep(wait)
                 attempt += 1
 
     async def _attempt(
@@ -444,8 +454,8 @@ class OpenAIAdapter(Adapter):
         )
 
     def _scrub(self, text: str) -> str:
-        """`text` with the API key masked (servers may echo it back)."""
-        return text.replace(self._api_key, "***") if self._api_key else text
+        """`text` with every known secret masked (servers may echo the key back)."""
+        return redact_text(text)
 
 
 # --------------------------------------------------------------------------- one call
@@ -611,6 +621,17 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _clean_key(key: str) -> str:
+    """The key without surrounding whitespace (a CRLF `.env` file), remembered for redaction."""
+    if key != key.strip():
+        logger.warning("the OpenAI API key has surrounding whitespace; kedi strips it")
+        remember_secret(key)
+        key = key.strip()
+    if key:
+        remember_secret(key)
+    return key
+
+
 def _base_url(url: str) -> str:
     try:
         parsed: httpx.URL | None = httpx.URL(url)
@@ -618,6 +639,8 @@ def _base_url(url: str) -> str:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
         raise KediConfigError(f"invalid OpenAI base URL {url!r}; expected http(s)://host/path")
+    if parsed.password:
+        remember_secret(parsed.password)  # only the URL's own spelling is masked otherwise
     return url.rstrip("/")
 
 

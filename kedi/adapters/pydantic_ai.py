@@ -101,9 +101,10 @@ from kedi.history.processors import (
     reject_process_history,
     run_history_processor,
 )
+from kedi.settings import PYDANTIC_AI_SETTINGS
 
 try:
-    from pydantic_ai import Agent, RunContext, Tool, ToolFailed, capture_run_messages
+    from pydantic_ai import Agent, AgentRetries, RunContext, Tool, ToolFailed, capture_run_messages
     from pydantic_ai import exceptions as pai
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
@@ -146,25 +147,7 @@ __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
 OutputMode = Literal["auto", "tool", "native", "prompted"]
 
-_MODEL_SETTINGS = frozenset(
-    {
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "timeout",
-        "parallel_tool_calls",
-        "tool_choice",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "stop_sequences",
-        "extra_headers",
-        "thinking",
-        "service_tier",
-        "extra_body",
-    }
-)
+_MODEL_SETTINGS = PYDANTIC_AI_SETTINGS
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
 _KEDI_SETTINGS = frozenset(
     {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id"}
@@ -386,7 +369,7 @@ def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
         "prompted": True,
     }
     if mode == "auto":
-        return next(name for name in ("native", "tool", "prompted") if supported[name])  # type: ignore[return-value]
+        return next(name for name in ("native", "tool", "prompted") if supported[name])
     if not supported[mode]:
         raise CapabilityError(
             f"model {model.model_name!r} does not support {mode} structured output (its Pydantic AI profile)"
@@ -404,7 +387,7 @@ def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:
             return spec.model.model_validate_json(to_json(value))
         return handler(value)
 
-    validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[valid-type]
+    validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[name-defined]  # a runtime type, built per call
     if mode == "native":
         return NativeOutput(validated, name=spec.name)
     if mode == "prompted":
@@ -433,7 +416,7 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
 @dataclass(frozen=True, slots=True)
 class _RunOptions:
     model_settings: ModelSettings | None
-    retries: dict[str, int] | None
+    retries: AgentRetries | None
     usage_limits: UsageLimits | None
 
 
@@ -460,14 +443,14 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
     effort = settings.get("effort")
     if effort is not None and "thinking" not in chosen and model.profile.get("supports_thinking"):
         chosen["thinking"] = _EFFORTS.get(effort, effort)
-    retries = {
-        budget: count(name, settings[name], 0)
-        for name, budget in (("output_retries", "output"), ("tool_retries", "tools"))
-        if name in settings
-    }
+    retries = AgentRetries()
+    if "output_retries" in settings:
+        retries["output"] = count("output_retries", settings["output_retries"], 0)
+    if "tool_retries" in settings:
+        retries["tools"] = count("tool_retries", settings["tool_retries"], 0)
     limit = settings.get("request_limit")
     return _RunOptions(
-        model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]
+        model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]  # keys are filtered to ModelSettings' names above
         retries=retries or None,
         usage_limits=None
         if limit is None
@@ -743,7 +726,7 @@ class _Call:
         )
         return PartialResult(
             stage=stage,
-            messages=[*map(as_stored, self.history), *self.stamped(self.expanded(done))],  # type: ignore[list-item]
+            messages=[*map(as_stored, self.history), *self.stamped(self.expanded(done))],  # type: ignore[list-item]  # native messages; PartialResult holds Any
             usage=usage,
             requests=usage.requests,
             tool_calls=usage.tool_calls,
@@ -930,8 +913,8 @@ def _message_text(message: ModelMessage) -> str:
             pieces.append(part.model_response_str())
         elif isinstance(part, UserPromptPart):
             pieces.append(_user_text(part))
-        elif isinstance(getattr(part, "content", None), str):
-            pieces.append(part.content)  # type: ignore[union-attr]
+        elif isinstance(text := getattr(part, "content", None), str):
+            pieces.append(text)
     return "".join(pieces)
 
 

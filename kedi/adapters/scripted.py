@@ -57,7 +57,6 @@ from kedi.adapters._portable import (
     validation_problems,
 )
 from kedi.adapters.base import (
-    COMMON_SETTINGS,
     Adapter,
     AdapterProfile,
     CallRequest,
@@ -72,6 +71,7 @@ from kedi.errors import (
     ScriptExhaustedError,
 )
 from kedi.history import ToolCall
+from kedi.settings import COMMON_SETTINGS
 
 MAX_TOOL_ROUNDS = 8
 """Tool rounds one call may run before it fails."""
@@ -205,7 +205,7 @@ def _tool_calls(number: int, value: Any) -> tuple[ToolCall, ...]:
             )
         if not isinstance(call_id, str) or not call_id:
             raise ValueError(f"{where}: 'id' must be a non-empty string")
-        calls.append(ToolCall(id=call_id, name=name, args=args))
+        calls.append(ToolCall(id=call_id, name=name, args=args))  # type: ignore[arg-type]  # RawArgs' validator takes an object too
     return tuple(calls)
 
 
@@ -258,9 +258,15 @@ class ScriptAdapter(Adapter):
         retries = _output_retries(request.settings)
         turn = PortableTurn.start(request)
         rounds = 0
+        rejected = ""  # why this call's last reply did not validate, for the exhaustion message
         while True:
             await turn.process(self)
-            entry = self._claim(request, turn)
+            try:
+                entry = self._claim(request, turn)
+            except ScriptExhaustedError as error:
+                if not rejected:
+                    raise
+                raise ScriptExhaustedError(f"{error.message}; {rejected}", partial=error.partial) from None
             if entry.delay_ms:
                 await anyio.sleep(entry.delay_ms / 1000)
             if entry.error is not None:
@@ -290,6 +296,7 @@ class ScriptAdapter(Adapter):
                 return turn.result(decode_outputs(request.output, reply))
             except ValidationError as error:
                 problems = validation_problems(error)
+            rejected = _rejection(entry, request, problems)
             if retries == 0:
                 raise OutputValidationError(
                     f"the reply to the call{at_origin(request)} did not validate "
@@ -319,6 +326,17 @@ class ScriptAdapter(Adapter):
 
     def _source(self, entry: ScriptEntry) -> str:
         return f"script {self.model_name}, entry {entry.number}"
+
+
+def _rejection(entry: ScriptEntry, request: CallRequest, problems: list[str]) -> str:
+    """Why `entry` did not answer a structured call, with how to write one that does."""
+    names = ", ".join(request.output.fields) if request.output is not None else ""
+    text = "a text reply" if entry.text is not None else "its outputs"
+    return (
+        f"entry {entry.number} ({text}) did not validate for the typed captures ({names}): "
+        f"{'; '.join(problems)}. A call with typed captures is answered by "
+        '{"outputs": {"<capture>": <value>, ...}} (see docs/replies.md)'
+    )
 
 
 def _output_retries(settings: Mapping[str, Any]) -> int:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import anyio
 
 from kedi.errors import HistoryError, KediUsageError, TurnAbandoned
+from kedi.settings import TRANSPORT_SETTINGS
 
 PORTABLE = "portable"
 """The message format of lanes holding kedi's own `Message`s."""
@@ -59,7 +60,8 @@ def canonical_digest(value: Any) -> str:
 class MessageFormat(Protocol):
     """The part of an adapter's profile lanes read."""
 
-    message_format: str
+    @property
+    def message_format(self) -> str: ...
 
 
 class LaneOwner(Protocol):
@@ -68,9 +70,15 @@ class LaneOwner(Protocol):
     Any `kedi.adapters.Adapter` has all of it.
     """
 
-    shortname: str
-    model_name: str
-    profile: MessageFormat
+    # Read-only members: an adapter class sets `shortname` and `profile` as class variables.
+    @property
+    def shortname(self) -> str: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def profile(self) -> MessageFormat: ...
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize native messages to JSON-compatible data."""
@@ -107,11 +115,17 @@ class LaneKey:
         tools_digest: str = "",
         mcp_digest: str = "",
     ) -> LaneKey:
-        """The key of the lane a call on `adapter` with `settings` uses (runtime and API alike)."""
+        """The key of the lane a call on `adapter` with `settings` uses (runtime and API alike).
+
+        Transport-only settings (`kedi.settings.TRANSPORT_SETTINGS`: timeout,
+        retries, request limit, extra headers) are left out: changing them, or
+        rotating a token, continues the same history.
+        """
+        shaping = {key: value for key, value in settings.items() if key not in TRANSPORT_SETTINGS}
         return cls(
             adapter.shortname,
             adapter.model_name,
-            canonical_digest(dict(settings)) if settings else _NO_SETTINGS,
+            canonical_digest(shaping) if shaping else _NO_SETTINGS,
             mcp=mcp_digest,
             tools=tools_digest,
             format=adapter.profile.message_format,
@@ -352,7 +366,7 @@ def register_adapters(create: Callable[[Any, str | None], Any], lookup: Callable
 def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     """The adapter a run given `adapter=` and `model=` would use (an instance is used as is)."""
     if adapter is not None and not isinstance(adapter, str) and model is None:
-        return adapter  # type: ignore[no-any-return]
+        return adapter
     AdapterRegistry.ensure()
     if AdapterRegistry.create is None:  # pragma: no cover - importing kedi registers it
         raise KediUsageError("no adapter registry: import kedi before using conversations")

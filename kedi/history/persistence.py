@@ -54,6 +54,7 @@ from pydantic import TypeAdapter, ValidationError
 from kedi.errors import HistoryError, KediConfigError, KediUsageError
 from kedi.history.lanes import PORTABLE, AdapterRegistry, Conversation, Lane, LaneKey, LaneOwner
 from kedi.history.messages import Message, as_messages
+from kedi.redaction import redact
 
 __all__ = [
     "FORMAT_VERSION", "dump_conversation", "dump_lane_messages", "dumps", "load_lane_messages",
@@ -90,7 +91,8 @@ def _dump_lane(lane: Lane, adapters: Sequence[Any]) -> dict[str, Any]:
         "key": {name: getattr(key, name) for name in _KEY_FIELDS},
         "epoch": lane.epoch,
         "format": key.format,
-        "messages": messages,
+        # A store keeps no secret a message may quote (a pasted key, a bearer header).
+        "messages": redact(messages),
     }
 
 
@@ -325,13 +327,13 @@ def _serializer(key: LaneKey, adapters: Sequence[Any], where: str) -> LaneOwner:
                 f"or written ({error}); pass it as adapters=[...]"
             ) from None
     if isinstance(found, type):
-        found = found.__new__(found)
+        found = found.__new__(found)  # type: ignore[call-overload]  # an adapter class: its serializers need no __init__
     actual = found.profile.message_format
     if actual != key.format:
         raise HistoryError(
             f"{where}: the lane holds {key.format} messages but adapter {key.adapter!r} uses {actual} messages"
         )
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:

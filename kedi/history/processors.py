@@ -289,7 +289,7 @@ async def _invoke(processor: HistoryProcessor, context: HistoryProcessorContext[
     """Call the processor: awaited if async, else in a worker thread that cancellation abandons."""
     try:
         if _is_async(processor):
-            return await processor(context)  # type: ignore[misc]
+            return await processor(context)  # type: ignore[misc]  # _is_async checked it returns an awaitable
         result = await anyio.to_thread.run_sync(processor, context, abandon_on_cancel=True)
         # A sync callable may still hand back an awaitable (a lambda around an async def).
         return await result if inspect.isawaitable(result) else result

@@ -9,8 +9,6 @@ Transcript lines are written per model request as the adapter reports them.
 from __future__ import annotations
 
 import inspect
-import re
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from kedi.adapters.base import (
 from kedi.errors import CapabilityError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
+from kedi.redaction import logger, redact
 from kedi.runtime.transcripts import LinearRecords, encode_line, write_line
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 OFFLINE_NOTICE = "kedi: no model configured; using the offline model (deterministic replies). Set --model or KEDI_MODEL for a real one."
 Texts = tuple[str, str] | Callable[[], Awaitable[tuple[str, str]]]
 """A call's rendered (prompt, instructions), or an async function that renders them."""
-_SECRET_KEY = re.compile(r"(^|_)(key|token|secret|password|authorization|credentials?)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +109,13 @@ class Transcript:
         elif callable(target) and not hasattr(target, "write"):
             self._sink = target
         else:
-            self._file = target  # type: ignore[assignment]
+            self._file = target  # type: ignore[assignment]  # any object with write(); IO[str] is what it is used as
         self.index = 0
 
     def write(self, record: dict[str, Any]) -> None:
         """Record one model request (numbered in the order requests happen)."""
-        record = {"index": self.index, **record}
+        # Redacted here, so no record reaches a sink or file with a secret in it.
+        record = redact({"index": self.index, **record})
         self.index += 1
         if self._sink is not None:
             self._sink(record)
@@ -131,11 +130,6 @@ class Transcript:
         """Close the file if this transcript opened it."""
         if self._owned and self._file is not None:
             self._file.close()
-
-
-def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings as a transcript may show them: secret-looking keys masked."""
-    return {key: ("***" if _SECRET_KEY.search(key) else value) for key, value in settings.items()}
 
 
 class CallLayer:
@@ -192,7 +186,7 @@ class CallLayer:
         instance = self._adapters.get(key)
         if instance is None:
             if adapter is None and model is None and not self._noticed and not self.quiet:
-                print(OFFLINE_NOTICE, file=sys.stderr)
+                logger.warning(OFFLINE_NOTICE)
                 self._noticed = True
             instance = self._adapters[key] = create_adapter(adapter, model)
         return instance
@@ -288,7 +282,7 @@ class CallLayer:
         request = build_request(
             prompt=prompt,
             instructions=instructions,
-            history=history,  # type: ignore[arg-type]
+            history=history,
             output=output,
             tools=plan.tools,
             settings=plan.settings,
@@ -366,7 +360,7 @@ def _exchange_sink(
 
     `identity` is the call's (run id, call id, conversation id).
     """
-    shown = redact(settings)
+    shown = dict(settings)
     run_id, call_id, conversation_id = identity
 
     def record(exchange: Exchange) -> None:
@@ -405,4 +399,4 @@ def bounded_processor(
     return compose_bounds(processor, max_messages=max_messages, max_tokens=max_tokens)
 
 
-__all__ = ["AgentPlan", "CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "redact", "OFFLINE_NOTICE"]
+__all__ = ["AgentPlan", "CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "OFFLINE_NOTICE"]

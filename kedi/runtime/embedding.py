@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,7 +98,7 @@ def query(
                 transcript=transcript,
             )
 
-        return _runner(function, run)  # type: ignore[return-value]
+        return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     if func is not None:
         return decorate(func)
@@ -122,6 +123,11 @@ def bind(
     A relative `file` resolves from the Python file that defines the function.
     Without `reload` the file is read and checked at decoration time.
     """
+    if not isinstance(file, str | os.PathLike):
+        raise KediUsageError(
+            "@kedi.bind needs the .kedi file to run: write @kedi.bind(\"flow.kedi\"), "
+            f"not a bare @kedi.bind (it was given {type(file).__name__} {getattr(file, '__name__', file)!r})"
+        )
 
     def decorate(function: F) -> F:
         path = Path(file)
@@ -146,7 +152,7 @@ def bind(
                 settings=settings,
             )
 
-        return _runner(function, run)  # type: ignore[return-value]
+        return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     return decorate
 

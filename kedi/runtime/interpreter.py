@@ -190,9 +190,9 @@ class Interpreter:
             trace.attach(error, self._trace_entry(site, frame.procedure))
             raise
         except Exception as exc:
-            error = trace.wrap(exc)
-            trace.attach(error, self._trace_entry(site, frame.procedure))
-            raise error from exc
+            wrapped = trace.wrap(exc)
+            trace.attach(wrapped, self._trace_entry(site, frame.procedure))
+            raise wrapped from exc
 
     def _trace_entry(self, site: CallSite, procedure: str | None) -> KediTraceFrame:
         """The trace frame of a `>>` / `<<` statement, built once per node and procedure."""
@@ -265,7 +265,7 @@ class Interpreter:
             prompt = await self.render_rows(site.rows, frame)
         instructions = "" if system is None else system.text
         if instructions is None:
-            instructions = await self.render_rows(system.rows, frame)  # type: ignore[union-attr]
+            instructions = await self.render_rows(system.rows, frame)  # type: ignore[union-attr]  # text is None only when system is set
         return prompt, instructions
 
     def _calls_procedures(self, rows: Sequence[ast.Row], frame: Frame) -> bool:

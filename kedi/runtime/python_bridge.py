@@ -34,7 +34,7 @@ import textwrap
 import weakref
 from dataclasses import dataclass
 from types import CodeType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 from kedi.errors import KediPythonTrace
 from kedi.syntax.ast import PythonCode
@@ -365,14 +365,14 @@ def _angle_references(source: str) -> tuple[str, ...]:
     return tuple(candidates)
 
 
-def _parse_leniently(source: str, filename: str, mode: str) -> ast.AST:
+def _parse_leniently(source: str, filename: str, mode: str) -> ast.Module | ast.Expression:
     """Parse Python, falling back to the `<name>` readings; raise the original error."""
     try:
-        return ast.parse(source, filename, mode)
+        return cast(ast.Module | ast.Expression, ast.parse(source, filename, mode))
     except SyntaxError as error:
         for candidate in _angle_references(source):
             try:
-                return ast.parse(candidate, filename, mode)
+                return cast(ast.Module | ast.Expression, ast.parse(candidate, filename, mode))
             except SyntaxError:
                 continue
         raise error from None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -120,13 +120,13 @@ class KediPromise:
     __format__ = _leaking("format")
     __bytes__ = _leaking("bytes")
     __bool__ = _leaking("truth test")
-    __eq__ = _leaking("comparison")  # type: ignore[assignment]
-    __ne__ = _leaking("comparison")  # type: ignore[assignment]
+    __eq__ = _leaking("comparison")
+    __ne__ = _leaking("comparison")
     __lt__ = _leaking("comparison")
     __le__ = _leaking("comparison")
     __gt__ = _leaking("comparison")
     __ge__ = _leaking("comparison")
-    __hash__ = _leaking("hashing")  # type: ignore[assignment]
+    __hash__ = _leaking("hashing")
     __len__ = _leaking("len")
     __iter__ = _leaking("iteration")
     __contains__ = _leaking("membership")
@@ -160,7 +160,9 @@ class Scheduler:
         await self._group.__aenter__()
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(
+        self, exc_type: Any, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:  # never swallows: returns False or raises the first call failure
         assert self._group is not None
         # Drain: every scheduled call runs to completion before the scope exits.
         await self._group.__aexit__(None, None, None)
@@ -180,7 +182,7 @@ class Scheduler:
         known = {id(call.error) for call in failures}
         if exc is not None and id(exc) not in known and id(getattr(exc, "original", None)) not in known:
             self._log_once(exc, "kedi: %s")
-        raise first  # type: ignore[misc]
+        raise first  # type: ignore[misc]  # error is an Exception here; typed Any | None
 
     def _log_once(self, error: BaseException, template: str) -> None:
         """Log `error` unless the run is quiet or it was logged already (by an inner body's scheduler)."""

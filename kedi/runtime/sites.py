@@ -46,7 +46,7 @@ class CaptureType:
         self.name = capture.name
         self.expr = capture.type
         plain = isinstance(capture.type, ast.TypeName) and "." not in capture.type.name
-        self._type_name = capture.type.name if plain else None  # type: ignore[union-attr]
+        self._type_name = capture.type.name if plain else None  # type: ignore[union-attr]  # `plain` checked it is a TypeName
         """The name to look up when the type is one plain name (the reusable case), else None."""
         self._last: tuple[Any, Any] = (_NOT_YET, None)
         """(what the name was bound to, the annotation it resolved to): one tuple, swapped atomically."""

@@ -2,8 +2,12 @@
 
 A tool's argument schema comes from its signature (types) and docstring
 (`Args:` entries, or reST `:param name:`), its description from the docstring
-summary. Arguments the model sends are validated before the tool runs; a tool
-that raises produces a failed tool result for the model, never a crash.
+summary. A hint that does not resolve is a `KediConfigError` naming the
+parameter when the program exposes the tool, before any model call (a guessed
+schema would mislead the model silently). Arguments the model sends are
+validated before the tool runs; a tool that raises produces a failed tool
+result for the model, never a crash, and is logged (logger `kedi`, INFO:
+`kedi run -v` shows it), as is each retry.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import anyio.to_thread
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from kedi.adapters.base import ToolSpec
-from kedi.errors import KediUsageError, StopRun
+from kedi.errors import KediConfigError, KediUsageError, StopRun
 from kedi.history.lanes import canonical_digest
+from kedi.redaction import logger
 from kedi.runtime.procedures import KediProcedure
 
 RISKS = ("read_only", "mutating", "sensitive")
@@ -54,7 +59,7 @@ def tool(
         raise KediUsageError(f"@kedi.tool: risk must be one of {', '.join(RISKS)}")
 
     def decorate(target: Callable[..., Any]) -> Callable[..., Any]:
-        target.__kedi_tool__ = ToolOptions(name, description, retries, risk)  # type: ignore[attr-defined]
+        target.__kedi_tool__ = ToolOptions(name, description, retries, risk)  # type: ignore[attr-defined]  # a marker attribute set on the user's function
         return target
 
     return decorate(function) if function is not None else decorate
@@ -120,7 +125,7 @@ class ToolBuilder:
         tool_name = options.name or name
         summary, arg_docs = parse_docstring(getattr(target, "__doc__", None))
         signature = inspect.signature(target)
-        hints = self._hints(target, signature)
+        hints = self._hints(target, tool_name, signature)
         fields: dict[str, Any] = {}
         for parameter in signature.parameters.values():
             if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -128,34 +133,62 @@ class ToolBuilder:
             annotation = hints.get(parameter.name, Any)
             default = ... if parameter.default is inspect.Parameter.empty else parameter.default
             fields[parameter.name] = (annotation, Field(default, description=arg_docs.get(parameter.name)))
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             tool_name, __config__=ConfigDict(extra="forbid"), **fields
         )
         schema = model.model_json_schema()
         schema.setdefault("additionalProperties", False)
         return_annotation = hints.get("return", Any)
         description = options.description or summary or f"Call {tool_name}."
-        handler = _handler(target, model, options.retries)
+        handler = _handler(target, tool_name, model, options.retries)
         spec = ToolSpec(tool_name, description, schema, handler)
         digest = canonical_digest([tool_name, description, schema, repr(return_annotation)])
         self._cache[id(target)] = (target, spec, digest)
         return spec, digest
 
-    def _hints(self, target: Any, signature: inspect.Signature) -> dict[str, Any]:
+    def _hints(self, target: Any, tool_name: str, signature: inspect.Signature) -> dict[str, Any]:
         if isinstance(target, KediProcedure):
             hints = {p.name: self._resolve(target, p.type) for p in target.node.params}
             hints["return"] = self._resolve(target, target.node.returns)
             return hints
         try:
             return get_type_hints(target)
-        except Exception:
-            return {
-                name: (p.annotation if p.annotation is not inspect.Parameter.empty else Any)
-                for name, p in signature.parameters.items()
-            }
+        except Exception as error:
+            unresolved = _unresolved_hint(target, signature)
+            if unresolved is not None:
+                name, annotation = unresolved
+                what = "the return type" if name == "return" else f"parameter {name!r}"
+                raise KediConfigError(
+                    f"tool {tool_name!r}: the type hint of {what} ({annotation!r}) does not "
+                    f"resolve ({type(error).__name__}: {error}); import that type in the "
+                    "module that defines the tool"
+                ) from None
+            if any(isinstance(p.annotation, str) for p in signature.parameters.values()):
+                raise KediConfigError(
+                    f"tool {tool_name!r}: its type hints do not resolve ({type(error).__name__}: {error})"
+                ) from None
+        # A callable get_type_hints cannot read (a partial, an instance): its hints are objects.
+        return {
+            name: (p.annotation if p.annotation is not inspect.Parameter.empty else Any)
+            for name, p in signature.parameters.items()
+        }
 
 
-def _handler(target: Any, model: Any, retries: int) -> Callable[[Mapping[str, Any]], Any]:
+def _unresolved_hint(target: Any, signature: inspect.Signature) -> tuple[str, str] | None:
+    """The first (parameter or "return", hint text) whose string hint does not evaluate."""
+    namespace = getattr(inspect.unwrap(target), "__globals__", {})
+    annotated = [(name, p.annotation) for name, p in signature.parameters.items()]
+    annotated.append(("return", signature.return_annotation))
+    for name, annotation in annotated:
+        if isinstance(annotation, str):
+            try:
+                eval(annotation, dict(namespace))  # what get_type_hints does, one hint at a time
+            except Exception:
+                return name, annotation
+    return None
+
+
+def _handler(target: Any, tool_name: str, model: Any, retries: int) -> Callable[[Mapping[str, Any]], Any]:
     async def handle(arguments: Mapping[str, Any]) -> Any:
         try:
             validated = model.model_validate(dict(arguments))
@@ -163,6 +196,7 @@ def _handler(target: Any, model: Any, retries: int) -> Callable[[Mapping[str, An
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
             )
+            logger.info("kedi: tool %s was called with invalid arguments: %s", tool_name, problems)
             raise ValueError(f"invalid arguments: {problems}") from None
         kwargs = {name: getattr(validated, name) for name in model.model_fields}
         attempts = retries + 1
@@ -176,8 +210,14 @@ def _handler(target: Any, model: Any, retries: int) -> Callable[[Mapping[str, An
                 return result
             except StopRun:
                 raise  # a deliberate stop is never retried
-            except Exception:
-                if attempt + 1 >= attempts:
+            except Exception as error:
+                last = attempt + 1 >= attempts
+                logger.info(
+                    "kedi: tool %s failed (attempt %d of %d%s): %s: %s",
+                    tool_name, attempt + 1, attempts, "; the model gets the error" if last else "; retrying",
+                    type(error).__name__, error,
+                )
+                if last:
                     raise
         raise AssertionError("unreachable")
 

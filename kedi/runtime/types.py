@@ -342,7 +342,7 @@ def _literal_value(arg: TypeExpr, lookup: Lookup) -> Any:
 # --------------------------------------------------------------------------- custom types
 
 
-class _KediModelMeta(type(BaseModel)):  # type: ignore[misc]
+class _KediModelMeta(type(BaseModel)):  # type: ignore[misc]  # a metaclass computed from BaseModel's
     """Adds positional construction in declaration order to Kedi models.
 
     Done in the metaclass, not in `__init__`: a custom `__init__` makes pydantic
@@ -411,7 +411,7 @@ def build_custom_type(node: CustomType, lookup: Lookup, evaluate: Evaluate) -> t
     model: type[BaseModel] = create_model(
         node.name, __base__=KediModel, __module__=node.span.path, **definitions
     )
-    model.__signature__ = Signature(parameters)  # type: ignore[misc]
+    model.__signature__ = Signature(parameters)
     return model
 
 

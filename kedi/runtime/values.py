@@ -57,7 +57,7 @@ def render(value: Any) -> str:
     """Return the text a value renders to at a rendered-text boundary (see the module table)."""
     cls = type(value)
     if cls is str:
-        return value  # type: ignore[no-any-return]
+        return value
     if cls in _STR_TYPES:
         return str(value)
     if isinstance(value, _CONTAINERS) or (

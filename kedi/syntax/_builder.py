@@ -554,7 +554,7 @@ class Builder(FedText):
 
     def return_body(self, children: list[Any]) -> ast.Value:
         (ret,) = _parts(children)
-        return ret.value  # type: ignore[no-any-return]
+        return ret.value
 
     # ------------------------------------------------------------------ segments
 
@@ -700,13 +700,13 @@ class Builder(FedText):
     def _suite_items(self, children: list[Any], body: list[Any], head: str) -> list[Any]:
         if not body:
             raise self._problem(children, f"`{head}:` needs an indented body")
-        return body[0].items  # type: ignore[no-any-return]
+        return body[0].items
 
     def _value(self, children: list[Any]) -> ast.Value:
         """Return the value of `... _EQ value? (_NL | _BNL)` children: the node before the `_NL`."""
         value = children[-2]
         if type(value) is not tuple:
-            return value  # type: ignore[no-any-return]
+            return value
         # `=` with nothing after it (`value` is the `_EQ` token, which also holds the spaces
         # after it): an empty rendered value, right after the `=`.
         return Rendered(segments=(), span=self.offset_span(value[1] + 1, value[1] + 1))

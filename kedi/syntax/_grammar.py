@@ -75,7 +75,7 @@ def lark_parser() -> Lark:
     from lark import Lark  # only a cold table cache needs Lark (see the module docs)
 
     text = grammar_path().read_text(encoding="utf-8")
-    return Lark(text, cache=True, **lark_options())  # type: ignore[arg-type]
+    return Lark(text, cache=True, **lark_options())
 
 
 RuleShape = tuple[int, str, int, tuple[int, ...] | None, Callable[..., Any] | None]
@@ -259,7 +259,7 @@ def analyse_grammar() -> dict[str, Any]:
     # Accepting is a shift of `$END` into the end state: the parse loop then needs no
     # check for the end state after each reduction (`$END` is the last token).
     actions[conf.end_state]["$END"] = conf.end_state
-    lexers = contextual.lexers  # type: ignore[attr-defined]
+    lexers = contextual.lexers  # type: ignore[attr-defined]  # Lark's ContextualLexer attributes are untyped
     rules = _rule_shapes(list(rule_index))
     _skip_renames(actions, gotos, rules)
     lexer_terminals = [
@@ -273,7 +273,7 @@ def analyse_grammar() -> dict[str, Any]:
         "rules": rules,
         "lexer_terminals": lexer_terminals,
         "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
-        "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]
+        "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]  # Lark's ContextualLexer attributes are untyped
     })
 
 

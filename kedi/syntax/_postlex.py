@@ -130,7 +130,7 @@ class Layout:
         if width > levels[-1]:
             levels.append(width)
             self._judge()
-            return (("INDENT", end, end, *after, start),)  # type: ignore[return-value]
+            return (("INDENT", end, end, *after, start),)  # type: ignore[return-value]  # a token tuple of the lexer's shape
         return self._dedents(width, indent, end)
 
     def _judge(self) -> None:

@@ -88,7 +88,7 @@ class FedText:
         else:
             end_line, end_column = last[3], last[2] - last[4]
         # `new_span` without its call: this is where most nodes get their span
-        return _tuple_new(Span, (self.path, line, column, end_line, end_column))  # type: ignore[no-any-return]
+        return _tuple_new(Span, (self.path, line, column, end_line, end_column))
 
     def token_span(self, token: Token) -> Span:
         """Return the span of one token."""
@@ -165,7 +165,7 @@ class FedText:
 
     def docstring(self, indent: Token) -> ast.Docstring | None:
         """The first `###` block in the newline run before a block's first line, if any."""
-        base: int = indent[5]  # type: ignore[misc]
+        base: int = indent[5]  # type: ignore[misc]  # a token tuple's slot 5 is its indentation width
         run = self.fed[base : indent[1]]
         # The run starts with the header line's own trailing comment, which is never a docstring.
         match = _BLOCK_COMMENT.search(run, run.find("\n") + 1)

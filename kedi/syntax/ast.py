@@ -12,7 +12,7 @@ whitespace trimmed, so later stages never re-parse source text.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar, dataclass_transform
 
 from kedi.source import Span
 
@@ -20,10 +20,16 @@ _NO_SPAN = Span("<unknown>", 0, 0, 0, 0)
 
 
 def _span() -> Span:
-    return field(default=_NO_SPAN, compare=False, repr=False)  # type: ignore[return-value]
+    return field(default=_NO_SPAN, compare=False, repr=False)
 
 
-node = dataclass(frozen=True, slots=True, kw_only=True)
+_Node = TypeVar("_Node")
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def node(cls: type[_Node]) -> type[_Node]:
+    """Make `cls` a frozen, slotted, keyword-only dataclass (typed so checkers see the fields)."""
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
 # --------------------------------------------------------------------------- python code

@@ -215,7 +215,7 @@ class _ScopeBuilder:
             case ast.Import(names=None):
                 self.open = True
             case ast.Import(names=names):
-                for name in names:
+                for name in names or ():
                     scope.bind(name.name, "import")
             case ast.Export():
                 scope.refs.extend(_Ref(n.name, n.span, "export") for n in statement.names)
@@ -390,7 +390,8 @@ def _walk(node: Any) -> list[Any]:
         current = stack.pop()
         found.append(current)
         children = []
-        for name in _child_fields(type(current)):
+        node_type: type = type(current)
+        for name in _child_fields(node_type):
             value = getattr(current, name)
             for child in value if isinstance(value, tuple) else (value,):
                 if hasattr(child, "__dataclass_fields__"):
@@ -524,6 +525,61 @@ def _check_reserved_args(context: _Context) -> Iterator[Diagnostic]:
                 )
 
 
+def _check_untyped_assignments(context: _Context) -> Iterator[Diagnostic]:
+    """`[x] = `0 + 1``: an untyped assignment is `str` (spec 2.6); a literal's type is known now.
+
+    The run would fail with "expected str, got int"; the check says so first,
+    so `kedi check` and `kedi run` agree.
+    """
+    for node in context.nodes:
+        if not isinstance(node, ast.Assign) or node.type is not None:
+            continue
+        segments = node.value.segments if isinstance(node.value, ast.Rendered) else ()
+        if len(segments) != 1 or not isinstance(segments[0], ast.BareBacktick):
+            continue
+        try:
+            tree = python_ast.parse(segments[0].code.code.strip(), mode="eval")
+        except SyntaxError:
+            continue  # reported where the code runs, with its Python line
+        kind = _literal_type(tree.body)
+        if kind is not None and kind != "str":
+            yield Diagnostic(
+                node.span,
+                f"assignment to `{node.target}`: the expression gives {kind}, "
+                "but an untyped assignment holds a str",
+                f"declare the type ([{node.target}: {kind}] = ...) or convert with `str(...)`",
+            )
+
+
+_NUMBERS = ("bool", "int", "float", "complex")
+_CONTAINERS = {
+    python_ast.List: "list",
+    python_ast.Tuple: "tuple",
+    python_ast.Dict: "dict",
+    python_ast.Set: "set",
+}
+
+
+def _literal_type(node: python_ast.expr) -> str | None:
+    """The type name of a literal Python expression (`1 + 2` is int), or None if not literal."""
+    if isinstance(node, python_ast.Constant):
+        return "None" if node.value is None else type(node.value).__name__
+    if type(node) in _CONTAINERS:
+        return _CONTAINERS[type(node)]
+    if isinstance(node, python_ast.UnaryOp) and not isinstance(node.op, python_ast.Not):
+        operand = _literal_type(node.operand)
+        return "int" if operand == "bool" else operand if operand in _NUMBERS else None
+    if isinstance(node, python_ast.BinOp):
+        left, right = _literal_type(node.left), _literal_type(node.right)
+        if left == right == "str" and isinstance(node.op, python_ast.Add):
+            return "str"
+        if left in _NUMBERS and right in _NUMBERS:
+            if isinstance(node.op, python_ast.Div):
+                return "complex" if "complex" in (left, right) else "float"
+            return max(left, right, "int", key=_NUMBERS.index)
+    return None
+
+
 # --------------------------------------------------------------------------- placement
 
 _WHERE: Mapping[Placement, tuple[str, str]] = {
@@ -575,7 +631,7 @@ def _placed(
     for statement in body:
         name = _directive_name(statement)
         # `@test:` and `@eval:` have no directive spec: suites are top-level only.
-        allowed = SPECS[name].placements if name in SPECS else _TOP_ONLY
+        allowed = SPECS[name].placements if name is not None and name in SPECS else _TOP_ONLY
         if name is not None and where not in allowed:
             places = [_WHERE[p][1] for p in _WHERE if p in allowed]
             yield Diagnostic(
@@ -786,7 +842,7 @@ def _check_profile_members(context: _Context) -> Iterator[Diagnostic]:
         seen: set[str] = set()
         for member in profile.members:
             name = _directive_name(member)
-            if name not in SPECS or not SPECS[name].singleton:
+            if name is None or name not in SPECS or not SPECS[name].singleton:
                 continue
             if name in seen:
                 yield Diagnostic(
@@ -914,6 +970,7 @@ _CHECKS: tuple[Callable[[_Context], Iterator[Diagnostic]], ...] = (
     _check_duplicate_outputs,
     _check_name_lists,
     _check_reserved_args,
+    _check_untyped_assignments,
     _check_placement,
     _check_backend_mix,
     _check_package_file,

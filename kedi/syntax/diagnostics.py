@@ -233,7 +233,7 @@ def _acceptable(tables: ParseTables, states: list[int]) -> frozenset[str]:
             count, origin = tables.rules[~action][:2]
             if count:
                 del stack[-count:]
-            stack.append(tables.gotos[stack[-1]][origin])  # type: ignore[index]
+            stack.append(tables.gotos[stack[-1]][origin])
     return frozenset(accepted)
 
 
@@ -280,7 +280,7 @@ class _Failure:
             kind, start, end = token[:3]
             if kind in FUSED:
                 kind = FUSED[kind]
-                end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]
+                end = re.compile(tables.patterns[kind]).match(fed, start).end()  # type: ignore[union-attr]  # the fused terminal's pattern matched here while lexing
             elif kind in TRAILING_SPACES:
                 start, end = unspaced(fed, start, end)
             length = 0 if kind in _ZERO_WIDTH else end - start
@@ -519,7 +519,7 @@ class _Failure:
     def _open_statement(self) -> str | None:
         for item in reversed(self.stack):
             if type(item) is tuple and (item[0] in _STATEMENT_STARTS or item[0] == "_RAW"):
-                return item[0]  # type: ignore[no-any-return]
+                return item[0]
         return None
 
     def _statement_start(self) -> tuple[int, int, str, str | None] | None:

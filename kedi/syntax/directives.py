@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from kedi.settings import SETTING_NAMES
+
 AGENT_DIRECTIVES = frozenset(
     {
         "adapter",
@@ -88,66 +90,6 @@ EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 MCP_TRANSPORTS = ("stdio", "sse", "http", "streamable-http")
 """Valid `transport:` values of `> mcp:` (`streamable-http` is an alias of `http`)."""
-
-SETTING_NAMES = frozenset(
-    {
-        # Pydantic AI
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "timeout",
-        "parallel_tool_calls",
-        "tool_choice",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "stop_sequences",
-        "extra_headers",
-        "thinking",
-        "service_tier",
-        "extra_body",
-        # DSPy
-        "model_type",
-        "cache",
-        "callbacks",
-        "num_retries",
-        "provider",
-        "finetuning_model",
-        "launch_kwargs",
-        "train_kwargs",
-        "use_developer_role",
-        "reasoning_effort",
-        # Codex
-        "approval_policy",
-        "config",
-        "cwd",
-        "model_provider",
-        "personality",
-        "sandbox",
-        "summary",
-        # Claude
-        "allowed_tools",
-        "disallowed_tools",
-        "env",
-        "fallback_model",
-        "max_budget_usd",
-        "max_turns",
-        "permission_mode",
-        "tools",
-        # kedi's own (retry and request limits, OpenAI-style `stop`)
-        "stop",
-        "output_retries",
-        "tool_retries",
-        "request_limit",
-        "max_retries",
-    }
-)
-"""Every key `> settings:` accepts: the union over all adapters (spec §9.6).
-
-A key that a given backend does not use is filtered out at the adapter
-boundary, so the checker only rejects keys that no adapter knows.
-"""
 
 Placement = Literal["top", "procedure", "profile", "test", "eval"]
 """Where a directive stands: top level, a procedure body, a profile body, under

@@ -56,7 +56,7 @@ def parse(source: str, path: str | None = None) -> ast.Module:
     fed, added = feed(source)
     tables = parse_tables()
     try:
-        return run(tables, Builder(file, fed), fed, added)  # type: ignore[no-any-return]
+        return run(tables, Builder(file, fed), fed, added)
     except (ParseFailure, SyntaxProblem) as error:
         raise syntax_error(error, tables, file, fed) from error
 
@@ -118,7 +118,7 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                     child = values[-1]
                     # a spliced child is an inline rule's list: the children themselves
                     children = child if splice else [child]
-                    values[-1] = build(builder, children) if mode == BUILD else children  # type: ignore[misc]
+                    values[-1] = build(builder, children) if mode == BUILD else children  # type: ignore[misc]  # builder callbacks return nodes or child lists
                 state = states[-1] = gotos[states[-2]][origin]
                 continue
             if not count:
@@ -127,7 +127,7 @@ def run(tables: ParseTables, builder: Builder, fed: str, added: int) -> Any:
                 children = values[-count:] if splice is None else _spliced(values[-count:], splice)
                 del values[-count:]
                 del states[-count:]
-            values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]
+            values.append(build(builder, children) if mode == BUILD else children)  # type: ignore[misc]  # builder callbacks return nodes or child lists
             state = gotos[states[-1]][origin]
             states.append(state)
     # `$END` was shifted into the end state (see `_grammar.analyse_grammar`) after `start`.
@@ -153,7 +153,7 @@ def _tokens(
         match = (lexers[state] or tables.lexer(state))(fed, pos)
         if match is None:
             raise ParseFailure.lexical(tables, fed, pos, (line, base), states, values)
-        kind: str = match.lastgroup  # type: ignore[assignment]
+        kind: str = match.lastgroup  # type: ignore[assignment]  # the scanner's pattern has a named group per alternative
         end = match.end()
         if kind not in _SPECIAL:
             yield (kind, pos, end, line, base)

@@ -12,6 +12,7 @@ from kedi.adapters.offline import OfflineAdapter
 from kedi.errors import HistoryError, KediUsageError, TurnAbandoned
 from kedi.history import Message
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
+from kedi.settings import TRANSPORT_SETTINGS
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +44,18 @@ def test_settings_are_canonical_in_the_key() -> None:
     assert LaneKey.for_call(adapter, {"temperature": 0.5}) != same
     assert LaneKey.for_call(adapter, {"seed": True}) != LaneKey.for_call(adapter, {"seed": 1})
     assert canonical_digest({"tags": {"b", "a", "c"}}) == canonical_digest({"tags": frozenset("cab")})
+
+
+def test_transport_only_settings_share_the_lane() -> None:
+    """docs/history.md, "What splits a lane": these settings never start a new lane."""
+    assert TRANSPORT_SETTINGS == {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit"}
+    adapter = OfflineAdapter()
+    shaping = {"temperature": 0.2}
+    base = LaneKey.for_call(adapter, shaping)
+    rotated = {"extra_headers": {"Authorization": "Bearer new"}, "timeout": 5, "max_retries": 0}
+    assert LaneKey.for_call(adapter, {**shaping, **rotated, "request_limit": 3, "num_retries": 1}) == base
+    assert LaneKey.for_call(adapter, {"timeout": 5}) == LaneKey.for_call(adapter, {})
+    assert LaneKey.for_call(adapter, {**shaping, "extra_body": {"x": 1}}) != base
 
 
 def test_every_key_part_separates_lanes() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 import kedi
 from kedi.errors import (
+    KediCheckError,
     KediExecutionError,
     KediNameError,
     KediTypeExecutionError,
@@ -245,6 +246,9 @@ def test_custom_type_construction_and_strictness() -> None:
 
 def test_untyped_assignment_is_str() -> None:
     with pytest.raises(KediTypeExecutionError, match="assignment to `x`"):
+        run('[x] = `int("42")`')
+    # A literal's type is known before the run: the check says so (kedi check agrees).
+    with pytest.raises(KediCheckError, match="assignment to `x`"):
         run("[x] = `42`")
 
 

@@ -137,3 +137,19 @@ def test_query_tools_and_argument_collision() -> None:
             """kedi
             = ok
             """
+
+
+def test_the_tool_digest_covers_the_argument_schema() -> None:
+    """Lanes are keyed by the tool contract: a changed argument type is a new lane (issue 17)."""
+    from kedi.runtime.tools import ToolBuilder
+
+    def by_number(city: int) -> str:
+        """Look a city up."""
+        return str(city)
+
+    def by_name(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    builder = ToolBuilder(lambda procedure, expr: expr)
+    assert builder.spec("lookup", by_number)[1] != builder.spec("lookup", by_name)[1]

@@ -6,7 +6,6 @@ import csv
 import pickle
 import re
 import textwrap
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,9 +28,7 @@ from kedi.syntax.directives import (
     parse_duration,
     parse_plain_value,
 )
-
-# The corpus lives beside the repository, as for test_conformance.py.
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "kedi-docs"
+from tests.corpus import CORPUS, needs_corpus
 
 Found = list[tuple[int, str, str | None]]
 
@@ -68,6 +65,7 @@ def _undefined_names(notes: str) -> set[str]:
     return set()
 
 
+@needs_corpus
 def test_every_self_contained_docs_program_checks_clean() -> None:
     rows = [row for row in _corpus() if row["expected"] == "parse"]
     assert len(rows) > 200, "the conformance corpus must not be empty"
@@ -76,6 +74,7 @@ def test_every_self_contained_docs_program_checks_clean() -> None:
     assert {name: found for name, found in dirty.items() if found} == {}
 
 
+@needs_corpus
 def test_docs_fragments_report_only_the_names_they_lack() -> None:
     """Fragments lean on names defined elsewhere: those, and only those, are reported."""
     rows = [row for row in _corpus() if row["expected"] == "fragment"]
@@ -101,6 +100,7 @@ def test_docs_fragments_report_only_the_names_they_lack() -> None:
 CORPUS_TEXTS = sorted(path.read_text() for path in CORPUS.glob("*.kedi"))
 
 
+@needs_corpus
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(st.sampled_from(CORPUS_TEXTS), min_size=1, max_size=4),
@@ -119,6 +119,7 @@ def test_checks_never_crash_on_combined_docs_programs(
     assert found == sorted(found, key=lambda d: (d.line, d.column, d.message))
 
 
+@needs_corpus
 def test_a_docs_fragment_with_a_missing_profile() -> None:
     text = (CORPUS / "agentic-engineering__subagents__04.kedi").read_text()
     found = check_module(parse(text, "subagents.kedi"), source=SourceFile(text, "subagents.kedi"))

@@ -1,8 +1,8 @@
 """Every program of the Kedi documentation corpus parses.
 
-The corpus lives beside the repository (`<repo>/../shared/conformance/kedi-docs`,
-as in CI's checkout). A missing or empty corpus fails these tests: it must
-never pass vacuously.
+The corpus lives beside the repository (see `tests/corpus.py`). Without it
+the module skips at collection, naming the path; an empty corpus fails these
+tests: they must never pass vacuously.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pytest
 from kedi.errors import KediSyntaxError
 from kedi.syntax import parse
 from kedi.syntax.docstrings import query_body_source
+from tests.corpus import CORPUS, skip_module_without_corpus
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "kedi-docs"
+skip_module_without_corpus()
 _EMBEDDING_CALLS = ("parse_program", "execute")
 
 

@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 from kedi.errors import KediSyntaxError
 from kedi.syntax import parse
 from kedi.syntax.diagnostics import PHRASES
-from tests.syntax.test_conformance import kedi_files
+from tests.corpus import skip_module_without_corpus
+
+skip_module_without_corpus()
+
+from tests.syntax.test_conformance import kedi_files  # noqa: E402 (after the skip)
 
 SPECIALS = list("<>[]`()#\\~=@:,|*\"' \t\n") + ["```", ">>", "> ", "[x] =", "###\n", "\r\n", "\\\n"]
 MUTATIONS = (

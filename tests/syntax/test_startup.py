@@ -131,6 +131,7 @@ def test_parse_loads_the_parser_but_not_the_runtime(program: Path, tmp_path: Pat
         "kedi._frozen",
         "kedi.cli",
         "kedi.errors",
+        "kedi.settings",
         "kedi.source",
         "kedi.syntax",
     }

@@ -1,0 +1,99 @@
+"""Program options on the command line: which ones a program reads, and the errors about them.
+
+`kedi run flow.kedi --title x` turns `--title` into `args.title`. The options
+a program reads are found in its source (`args.title`, `args["title"]`); a
+program that uses `args` any other way (`vars(args)`, `"x" in args`, the word
+in prompt text) reads options kedi cannot list, and nothing is refused.
+
+- An option the program does not read is refused before the run, with the
+  closest option it does read ("did you mean --title?").
+- When a run fails and the program reads options that were not given, the
+  error ends with a hint naming each one and the line that reads it (a missing
+  option is None, so the failure shows up later: `'NoneType' object has no
+  attribute 'upper'`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_READ = re.compile(r"""\bargs(?:\.([A-Za-z_]\w*)|\[\s*["']([A-Za-z_][\w-]*)["']\s*\])""")
+_ANY_USE = re.compile(r"\bargs\b")
+_METHODS = frozenset({"as_dict"})
+"""`Args` methods: reading them reads every option."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The options a program's source reads, with the first line reading each."""
+
+    lines: dict[str, int]
+    """Option name (underscores) → first 1-based line that reads it."""
+    complete: bool
+    """False when the program also uses `args` in ways that read unknown options."""
+
+
+def read_options(source: str) -> ReadOptions:
+    """Scan `source` for the program options it reads."""
+    lines: dict[str, int] = {}
+    explained = 0
+    for match in _READ.finditer(source):
+        explained += 1
+        name = (match[1] or match[2]).replace("-", "_")
+        lines.setdefault(name, source.count("\n", 0, match.start()) + 1)
+    complete = explained == len(_ANY_USE.findall(source)) and not _METHODS & lines.keys()
+    return ReadOptions(lines, complete)
+
+
+def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: str) -> str | None:
+    """The message refusing an option `path` does not read, or None if all are read."""
+    if not read.complete:
+        return None
+    unknown = [name for name in given if name not in read.lines]
+    if not unknown:
+        return None
+    name = unknown[0]
+    close = difflib.get_close_matches(name, read.lines, n=1)
+    guess = f"; did you mean {_flag(close[0])}?" if close else ""
+    reads = ", ".join(_flag(option) for option in sorted(read.lines)) or "no options"
+    return f"{path} does not read the option {_flag(name)}{guess} (it reads {reads})"
+
+
+def missing_option_hints(given: Mapping[str, object], read: ReadOptions, path: str) -> list[str]:
+    """One hint per option the program reads that was not given, with the line reading it."""
+    return [
+        f"  hint: option {_flag(name)} was not given, so args.{name} is None "
+        f"(read at {path}:{line}); pass {_flag(name)} VALUE"
+        for name, line in sorted(read.lines.items(), key=lambda item: item[1])
+        if name not in given
+    ]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_default_model(adapter: str | None, model: str | None) -> None:
+    """Build the adapter `--adapter`/`--model` name now, so a bad model fails at start-up.
+
+    A model name Pydantic AI (the default adapter) cannot use, or a core install
+    without that extra, gets a hint toward `--adapter openai`, which needs no extra.
+    """
+    if model is None:
+        return
+    from kedi.adapters import DEFAULT_ADAPTER, create_adapter
+    from kedi.errors import ExtraNotInstalledError, KediConfigError
+
+    try:
+        create_adapter(adapter, model)
+    except (KediConfigError, ExtraNotInstalledError) as error:
+        if (adapter or DEFAULT_ADAPTER) != DEFAULT_ADAPTER:
+            raise
+        raise KediConfigError(
+            f"{error}\n  hint: for an OpenAI-compatible endpoint use `--adapter openai --model "
+            f"{model}` (no extra needed; reads OPENAI_API_KEY and OPENAI_BASE_URL); Pydantic AI "
+            f"names models provider:model, e.g. `--model openai:{model}`"
+        ) from None

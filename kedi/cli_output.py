@@ -1,0 +1,58 @@
+"""What the `kedi` command writes to stderr: rendered errors and kedi's log records.
+
+Errors are rendered with rich (the heading in bold red on a terminal, plain
+text otherwise, never wrapped) after redaction. Log records of the `kedi`
+logger (tool failures, retries, notices) go to stderr through one handler
+that `kedi run` installs for the command's duration: warnings always, INFO
+with `-v`, DEBUG with `-vv`. Library code only logs; this module prints.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import click
+
+from kedi.errors import KediError
+from kedi.redaction import logger, redact_text
+
+_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+
+
+def render_error(error: KediError, hints: Sequence[str] = ()) -> None:
+    """Print `error` (and `hints`, one per line) to stderr as kedi renders it, secrets masked."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(stderr=True, soft_wrap=True, highlight=False)
+    for line in redact_text("\n".join([error.render(), *hints])).splitlines():
+        style = "bold red" if line.startswith(("Kedi error", "Inline Python error")) else None
+        console.print(Text(line, style=style or ""))
+
+
+class _ClickStderr(logging.Handler):
+    """Writes each record to the current stderr (looked up per record, as click does)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def logging_to_stderr(verbose: int) -> Iterator[None]:
+    """Show kedi's log records on stderr while the command runs (`-v`: INFO, `-vv`: DEBUG)."""
+    handler = _ClickStderr()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = _LEVELS.get(verbose, logging.DEBUG)
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)

@@ -1,0 +1,159 @@
+"""Redaction: the one place that decides what a secret looks like and masks it.
+
+Everything kedi writes for people or files (transcripts, stores, error
+messages, reprs, logs) passes through `redact` (JSON-like values) or
+`redact_text` (strings). They mask:
+
+- at any depth, the scalar value under a key that names a secret:
+  `authorization`, `proxy-authorization`, `api-key`, `x-api-key`, `cookie`,
+  and any key ending in `key`, `token`, `secret`, `password` or `credential(s)` (case and
+  `-`/`_` ignored: `apiKey`, `x-api-key`, `openai_api_key`). A container under
+  such a key is walked, not blanked, so a JSON schema with a `token` property
+  stays readable;
+- bearer and basic credentials in text (`Bearer sk-...`);
+- credentials in URLs (`http://user:pass@host` → `http://***@host`);
+- every known secret (an adapter's configured key, registered with
+  `remember_secret`, and any passed as `secrets=`) in every spelling that
+  reaches text: raw, stripped, escaped as a Python `str` or `bytes` literal
+  or JSON string (a key ending in `\\r` shows as `...\\\\r` in `Illegal header
+  value b'...'`), and URL-encoded.
+
+`logger` is kedi's one logger (`kedi`): its records are redacted too, so
+library code logs through it (tool failures, retries) and never prints.
+The records of `httpx` and `httpcore`, which log request URLs, are redacted
+as well.
+This module imports nothing from kedi, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+MASK = "***"
+
+_SECRET_KEY = re.compile(
+    r"^(?:authorization|proxyauthorization|apikey|xapikey|cookie|setcookie)$"
+    r"|(?:key|token|secret|password|credentials?)$"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]+")
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+_MIN_SECRET = 4
+"""Known secrets shorter than this are not masked in text (they would blank ordinary words)."""
+
+_known: set[str] = set()
+_known_lock = threading.Lock()
+
+
+def is_secret_key(key: object) -> bool:
+    """Whether a mapping key names a secret (`Authorization`, `apiKey`, `db_password`, ...)."""
+    if not isinstance(key, str):
+        return False
+    return _SECRET_KEY.search(key.lower().replace("-", "").replace("_", "")) is not None
+
+
+def remember_secret(secret: str) -> None:
+    """Mask `secret` in every later `redact`/`redact_text` of this process (a configured key)."""
+    if len(secret.strip()) >= _MIN_SECRET:
+        with _known_lock:
+            _known.add(secret)
+
+
+def secret_values(value: Any) -> list[str]:
+    """The strings found under secret-named keys of a JSON-like value (e.g. auth headers)."""
+    found: list[str] = []
+    _collect(value, found, under_secret=False)
+    return found
+
+
+def _collect(value: Any, found: list[str], *, under_secret: bool) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _collect(item, found, under_secret=is_secret_key(key))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found, under_secret=under_secret)
+    elif under_secret and isinstance(value, str):
+        found.append(value)
+        # `Bearer tok` in a header: the token alone may be echoed too.
+        found.extend(part for part in value.split()[1:])
+
+
+@functools.lru_cache(maxsize=64)
+def _spellings(secrets: frozenset[str]) -> tuple[str, ...]:
+    """Every way the secrets may appear in text, longest first."""
+    spellings: set[str] = set()
+    for secret in secrets:
+        for form in {secret, secret.strip()}:
+            if len(form.strip()) < _MIN_SECRET:
+                continue
+            spellings.update(
+                {
+                    form,
+                    repr(form)[1:-1],
+                    repr(form.encode("utf-8", "backslashreplace"))[2:-1],
+                    json.dumps(form)[1:-1],
+                    quote(form, safe=""),
+                    quote(form),
+                    quote_plus(form),
+                }
+            )
+    return tuple(sorted(spellings, key=len, reverse=True))
+
+
+def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
+    """`text` with known secrets, bearer credentials and URL credentials masked."""
+    with _known_lock:
+        known = frozenset((*_known, *secrets))
+    for spelling in _spellings(known):
+        text = text.replace(spelling, MASK)
+    text = _BEARER.sub(lambda match: f"{match[1]}{match[2]}{MASK}", text)
+    return _URL_CREDENTIALS.sub(lambda match: f"{match[1]}{MASK}@", text)
+
+
+def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
+    """A copy of JSON-like `value` with every secret masked (see the module docs)."""
+    secrets = tuple(secrets)
+    return _redact(value, secrets, under_secret=False)
+
+
+def _redact(value: Any, secrets: tuple[str, ...], *, under_secret: bool) -> Any:
+    if isinstance(value, Mapping):
+        return {
+            key: _redact(item, secrets, under_secret=is_secret_key(key))
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        items = [_redact(item, secrets, under_secret=under_secret) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    if value is None or isinstance(value, bool):
+        return value
+    if under_secret and isinstance(value, str | bytes | int | float):
+        return MASK
+    if isinstance(value, str):
+        return redact_text(value, secrets=secrets)
+    return value
+
+
+class _RedactRecords(logging.Filter):
+    """Redacts each record of kedi's logger before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact_text(record.getMessage())
+        record.args = None
+        if record.exc_info:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+logger = logging.getLogger("kedi")
+# httpx logs each request's URL, credentials included, at INFO.
+for _name in ("kedi", "httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(_RedactRecords())

@@ -1,0 +1,82 @@
+"""The names `> settings:` accepts, in one place (spec §9.6).
+
+The checker (`kedi.syntax`) rejects a key no adapter knows; each adapter
+(`kedi.adapters`) forwards the names it uses; lane keys (`kedi.history`)
+leave out the transport-only ones. This module imports nothing from kedi, so
+every layer may read it.
+"""
+
+from __future__ import annotations
+
+PYDANTIC_AI_SETTINGS = frozenset(
+    {
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "timeout",
+        "parallel_tool_calls",
+        "tool_choice",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "stop_sequences",
+        "extra_headers",
+        "thinking",
+        "service_tier",
+        "extra_body",
+    }
+)
+"""Pydantic AI's `ModelSettings`, which kedi forwards under the same names."""
+
+COMMON_SETTINGS = PYDANTIC_AI_SETTINGS | {"stop"}
+"""What every built-in adapter accepts (`stop` is the OpenAI spelling of `stop_sequences`)."""
+
+KEDI_SETTINGS = frozenset({"output_retries", "tool_retries", "request_limit", "max_retries"})
+"""kedi's own retry and request limits."""
+
+DSPY_SETTINGS = frozenset(
+    {
+        "model_type",
+        "cache",
+        "callbacks",
+        "num_retries",
+        "provider",
+        "finetuning_model",
+        "launch_kwargs",
+        "train_kwargs",
+        "use_developer_role",
+        "reasoning_effort",
+    }
+)
+CODEX_SETTINGS = frozenset(
+    {"approval_policy", "config", "cwd", "model_provider", "personality", "sandbox", "summary"}
+)
+CLAUDE_SETTINGS = frozenset(
+    {
+        "allowed_tools",
+        "disallowed_tools",
+        "env",
+        "fallback_model",
+        "max_budget_usd",
+        "max_turns",
+        "permission_mode",
+        "tools",
+    }
+)
+
+SETTING_NAMES = COMMON_SETTINGS | KEDI_SETTINGS | DSPY_SETTINGS | CODEX_SETTINGS | CLAUDE_SETTINGS
+"""Every key `> settings:` accepts: the union over all adapters.
+
+A key that a given backend does not use is filtered out at the adapter
+boundary, so the checker only rejects keys that no adapter knows.
+"""
+
+TRANSPORT_SETTINGS = frozenset(
+    {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit"}
+)
+"""Settings that change how a request travels, not what the model sees or says.
+
+Lane keys leave them out (docs/history.md, "What splits a lane"): rotating a
+bearer token in `extra_headers` or raising `timeout` continues the same history.
+"""

@@ -1,0 +1,377 @@
+"""The `openai` adapter's guards and messages, pinned where mutation testing found them loose.
+
+Each test names the behaviour a mutant changed without any other test
+noticing (docs/testing.md, "Mutation testing"): the structured-mode step-down
+and its guards, backoff bounds, error texts, the output tool's name and the
+stream path's headers and timeouts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from kedi.adapters import openai as openai_module
+from kedi.adapters.base import CallRequest, OutputSpec, ToolSpec
+from kedi.adapters.openai import OpenAIAdapter, _backoff
+from kedi.errors import (
+    AdapterError,
+    ContextLengthError,
+    HistoryProcessingValidationError,
+    KediConfigError,
+    ModelNotFoundError,
+    OutputValidationError,
+    ProviderError,
+)
+from kedi.history import Message
+from tests.adapters.openai_server import (
+    MODEL,
+    OpenAIServer,
+    Reply,
+    chunk,
+    completion,
+    error_body,
+    sse,
+    tool_call,
+)
+
+KEY = "sk-guards-secret-777"
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+class Loose(BaseModel):
+    """No strict form (a free-form dict): auto mode starts with the output tool."""
+
+    name: str
+    extra: dict[str, Any]
+
+
+CITY = OutputSpec(City, City.model_json_schema())
+LOOSE = OutputSpec(Loose, Loose.model_json_schema())
+CITY_ARGS = '{"name": "Paris", "population": 1}'
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+def make(server: OpenAIServer, **options: Any) -> OpenAIAdapter:
+    return OpenAIAdapter(MODEL, base_url=server.base_url, api_key=KEY, max_retries=0, **options)
+
+
+def call(**fields: Any) -> CallRequest:
+    return CallRequest(prompt="Capital?", run_id="run-1", conversation_id="conv-1", **fields)
+
+
+def noop_tool(name: str) -> ToolSpec:
+    async def handler(args: Any) -> Any:
+        return "ok"
+
+    return ToolSpec(name, "A tool.", {"type": "object", "properties": {}}, handler)
+
+
+# --------------------------------------------------------------------------- structured-mode step-down
+
+
+@pytest.mark.anyio
+async def test_auto_mode_steps_down_from_the_output_tool_to_prompted(server: OpenAIServer) -> None:
+    server.add(
+        Reply(400, error_body("tool calling is not supported by this model")),
+        Reply(body=completion('{"name": "x", "extra": {}}')),
+    )
+    result = await make(server).request(call(output=LOOSE))
+    assert result.value == {"name": "x", "extra": {}}
+    first, second = server.bodies
+    assert "tools" in first and "tools" not in second
+    assert "Always respond with a JSON object" in second["messages"][0]["content"]
+
+
+@pytest.mark.anyio
+async def test_a_422_rejection_steps_down_too(server: OpenAIServer) -> None:
+    server.add(
+        Reply(422, error_body("response_format json_schema unsupported")),
+        Reply(body=completion(tool_calls=[tool_call("c1", "final_result", CITY_ARGS)])),
+    )
+    assert (await make(server).request(call(output=CITY))).value == {
+        "name": "Paris",
+        "population": 1,
+    }
+
+
+@pytest.mark.anyio
+async def test_an_explicit_mode_never_steps_down(server: OpenAIServer) -> None:
+    server.add(Reply(400, error_body("response_format json_schema unsupported")))
+    with pytest.raises(ProviderError, match="HTTP 400"):
+        await make(server, structured_mode="json_schema").request(call(output=CITY))
+    assert len(server.bodies) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code", "error"),
+    [
+        (404, "response_format json_schema: no such model", None, ModelNotFoundError),
+        (400, "the model is overloaded", None, ProviderError),  # mentions no structured mode
+        (
+            400,
+            "response_format too long for the context window",
+            "context_length_exceeded",
+            ContextLengthError,
+        ),
+    ],
+)
+@pytest.mark.anyio
+async def test_other_failures_do_not_step_down(
+    server: OpenAIServer, status: int, message: str, code: str | None, error: type[Exception]
+) -> None:
+    server.add(Reply(status, error_body(message, code=code)))
+    with pytest.raises(error) as raised:
+        await make(server).request(call(output=CITY))
+    assert type(raised.value) is error
+    assert len(server.bodies) == 1
+
+
+# --------------------------------------------------------------------------- output tool
+
+
+@pytest.mark.anyio
+async def test_the_output_tool_takes_a_free_name_and_the_description_names_the_output(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(body=completion(tool_calls=[tool_call("c1", "final_result__", CITY_ARGS)])))
+    tools = (noop_tool("final_result"), noop_tool("final_result_"))
+    result = await make(server, structured_mode="tool").request(call(output=CITY, tools=tools))
+    assert result.value == {"name": "Paris", "population": 1}
+    body = server.bodies[0]
+    output = body["tools"][-1]["function"]
+    assert (output["name"], output["description"]) == (
+        "final_result__",
+        "Give the final City answer.",
+    )
+    assert body["tool_choice"] == "required"  # other tools may run first
+
+
+@pytest.mark.anyio
+async def test_a_reply_without_the_output_call_is_corrected_and_other_calls_run(
+    server: OpenAIServer,
+) -> None:
+    seen: list[Any] = []
+
+    async def lookup(args: Any) -> Any:
+        seen.append(args)
+        return "Paris"
+
+    tool = ToolSpec("lookup", "Look up.", {"type": "object", "properties": {}}, lookup)
+    server.add(
+        Reply(body=completion("I think Paris")),
+        Reply(
+            body=completion(
+                tool_calls=[
+                    tool_call("c1", "lookup", "{}"),
+                    tool_call("c2", "final_result", CITY_ARGS),
+                ]
+            )
+        ),
+    )
+    result = await make(server, structured_mode="tool").request(call(output=CITY, tools=(tool,)))
+    assert result.value == {"name": "Paris", "population": 1} and seen == [{}]
+    correction = server.bodies[1]["messages"][-1]
+    assert correction["role"] == "user"
+    assert "no call to the final_result tool; answer by calling it" in correction["content"]
+
+
+@pytest.mark.anyio
+async def test_output_retries_run_out_with_every_problem_and_the_attempt_count(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(body=completion(tool_calls=[tool_call("c1", "final_result", "")])))
+    with pytest.raises(OutputValidationError) as raised:
+        await make(server, structured_mode="tool").request(
+            call(output=CITY, settings={"output_retries": 0})
+        )
+    message = str(raised.value)
+    assert "did not validate after 1 attempt: " in message and "attempts" not in message
+    assert "name: Field required; population: Field required" in message.replace("`", "")
+
+
+@pytest.mark.anyio
+async def test_json_schema_mode_does_not_strip_markdown_fences(server: OpenAIServer) -> None:
+    fenced = f"```json\n{CITY_ARGS}\n```"
+    server.add(Reply(body=completion(fenced)), Reply(body=completion(CITY_ARGS)))
+    result = await make(server, structured_mode="json_schema").request(call(output=CITY))
+    assert result.value == {"name": "Paris", "population": 1}
+    assert len(server.bodies) == 2  # the fenced reply was corrected, not accepted
+
+
+@pytest.mark.anyio
+async def test_prompted_instructions_keep_non_ascii_schema_text(server: OpenAIServer) -> None:
+    class Cafe(BaseModel):
+        """Un café."""
+
+        name: str
+
+    server.add(Reply(body=completion('{"name": "Flore"}')))
+    spec = OutputSpec(Cafe, Cafe.model_json_schema())
+    history = (Message(role="user", content="earlier"), Message(role="assistant", content="ok"))
+    await make(server, structured_mode="prompted").request(call(output=spec, history=history))
+    messages = server.bodies[0]["messages"]
+    assert "Un café." in messages[0]["content"]
+    assert [m["content"] for m in messages[1:3]] == ["earlier", "ok"]
+
+
+# --------------------------------------------------------------------------- errors and retries
+
+
+def test_backoff_doubles_to_its_cap_with_at_most_a_quarter_of_jitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for draw, factor in ((0.0, 1.0), (0.5, 0.875), (0.999999, 0.75)):
+        monkeypatch.setattr(random, "random", lambda draw=draw: draw)
+        waits = [_backoff(attempt, None) for attempt in range(6)]
+        expected = [min(0.5 * 2**attempt, 8.0) * factor for attempt in range(6)]
+        assert waits == pytest.approx(expected, abs=1e-5)
+    assert _backoff(0, 90.0) == 60.0 and _backoff(3, 2.5) == 2.5
+
+
+@pytest.mark.anyio
+async def test_an_error_reply_that_is_not_json_reports_its_text_or_reason(
+    server: OpenAIServer,
+) -> None:
+    long = "x" * 600
+    # `events` sends raw lines: a body that is not JSON, then an empty one.
+    server.add(Reply(500, events=[long]), Reply(503, events=[]))
+    adapter = make(server)
+    with pytest.raises(ProviderError) as first:
+        await adapter.request(call())
+    where = f"{server.base_url} (model {MODEL!r})"
+    assert str(first.value) == f"{where} failed with HTTP 500: {'x' * 500}"
+    with pytest.raises(ProviderError) as second:
+        await adapter.request(call())
+    assert str(second.value) == f"{where} failed with HTTP 503: Service Unavailable"
+
+
+@pytest.mark.anyio
+async def test_transport_failures_are_marked_retryable(server: OpenAIServer) -> None:
+    dead = OpenAIAdapter(MODEL, base_url="http://127.0.0.1:9/v1", max_retries=0)
+    with pytest.raises(
+        ProviderError, match="cannot reach http://127.0.0.1:9/v1/chat/completions"
+    ) as raised:
+        await dead.request(call())
+    assert raised.value.retryable is True
+    server.add(Reply(body=completion("late"), delay=1.0))
+    with pytest.raises(ProviderError, match="timed out after 0.2 s") as timed_out:
+        await make(server, timeout=0.2).request(call())
+    assert timed_out.value.retryable is True
+
+
+@pytest.mark.anyio
+async def test_the_request_limit_message_says_how_to_raise_it(server: OpenAIServer) -> None:
+    server.add(Reply(body=completion(tool_calls=[tool_call("c1", "noop", "{}")])))
+    with pytest.raises(AdapterError) as raised:
+        await make(server).request(call(tools=(noop_tool("noop"),), settings={"request_limit": 1}))
+    assert str(raised.value) == (
+        "the call reached its request_limit of 1 model requests; raise the request_limit "
+        "setting if its tool loop needs more"
+    )
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+@pytest.mark.anyio
+async def test_a_stream_sends_the_key_and_honours_the_timeout(server: OpenAIServer) -> None:
+    server.add(Reply(events=sse(chunk({"content": "hi"}), chunk(usage=(1, 1)))))
+    result = await make(server, stream=True).request(call())
+    assert result.value == "hi"
+    assert server.received[0].headers["authorization"] == f"Bearer {KEY}"
+    server.add(Reply(events=sse(chunk({"content": "late"})), delay=1.0))
+    with pytest.raises(ProviderError, match="timed out after 0.2 s"):
+        await make(server, stream=True, timeout=0.2).request(call())
+
+
+@pytest.mark.anyio
+async def test_a_stream_error_status_and_a_bad_chunk_are_mapped(server: OpenAIServer) -> None:
+    server.add(Reply(401, error_body("bad key")), Reply(events=["data: [1]", ""]))
+    adapter = make(server, stream=True)
+    with pytest.raises(ProviderError, match=r"rejected the credentials \(HTTP 401\): bad key"):
+        await adapter.request(call())
+    with pytest.raises(
+        ProviderError, match="sent a reply that is not a stream chunk in the OpenAI format"
+    ):
+        await adapter.request(call())
+
+
+# --------------------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"model": None},
+            "the openai adapter needs a model: pass --model, use `> model:`, or OpenAIAdapter(model=...)",
+        ),
+        (
+            {"model": MODEL, "structured_mode": "native"},
+            "unknown structured_mode 'native'; use one of auto, json_schema, tool, prompted",
+        ),
+        ({"model": MODEL, "timeout": -1}, "timeout"),
+        ({"model": MODEL, "base_url": "http://[::1"}, "invalid OpenAI base URL"),
+    ],
+)
+def test_construction_errors_say_what_to_do(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(KediConfigError) as raised:
+        OpenAIAdapter(**options)
+    assert message in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_a_trailing_slash_is_dropped_from_the_base_url(server: OpenAIServer) -> None:
+    server.add(Reply(body=completion("ok")))
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url + "//", api_key=KEY)
+    assert adapter.base_url == server.base_url
+    assert (await adapter.request(call())).value == "ok"
+    assert server.received[0].path == "/v1/chat/completions"
+
+
+def test_a_base_url_password_is_masked_wherever_it_appears() -> None:
+    OpenAIAdapter(MODEL, base_url="http://user:url-pass-31337@127.0.0.1:9/v1")
+    assert "url-pass-31337" not in str(ProviderError("server said: url-pass-31337"))
+
+
+def test_the_module_caps_retry_after_at_sixty_seconds() -> None:
+    assert openai_module.MAX_RETRY_AFTER == 60.0
+
+
+# --------------------------------------------------------------------------- the call in progress (_portable)
+
+
+@pytest.mark.anyio
+async def test_a_processor_may_not_drop_the_turns_first_part_after_a_correction(
+    server: OpenAIServer,
+) -> None:
+    def drop_the_prompt_once_corrected(context: Any) -> list[Any]:
+        messages = list(context.messages)
+        # No history: [prompt, bad reply] is one whole group, which grouping lets a processor drop.
+        return messages[2:] if len(messages) >= 3 else messages
+
+    server.add(Reply(body=completion("not json")), Reply(body=completion(CITY_ARGS)))
+    with pytest.raises(HistoryProcessingValidationError, match="call in progress unchanged"):
+        await make(server, structured_mode="json_schema").request(
+            call(output=CITY, history_processor=drop_the_prompt_once_corrected)
+        )
+    assert len(server.bodies) == 1
