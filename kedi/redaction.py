@@ -10,10 +10,13 @@ messages, reprs, logs) passes through `redact` (JSON-like values) or
   `-`/`_` ignored: `apiKey`, `x-api-key`, `openai_api_key`). A container under
   such a key is walked, not blanked, so a JSON schema with a `token` property
   stays readable;
-- bearer and basic credentials in text (`Bearer sk-...`);
+- bearer and basic credentials in text (`Bearer sk-...`), and token-shaped
+  text (`sk-...`, `ghp_...`, `xoxb-...`) wherever it stands;
 - credentials in URLs (`http://user:pass@host` → `http://***@host`);
 - every known secret (an adapter's configured key, registered with
-  `remember_secret`, and any passed as `secrets=`) in every spelling that
+  `remember_secret`, the value of every environment variable whose name ends
+  in `KEY`, `TOKEN`, `SECRET` or `PASSWORD`, and any passed as `secrets=`)
+  in every spelling that
   reaches text: raw, stripped, escaped as a Python `str` or `bytes` literal
   or JSON string (a key ending in `\\r` shows as `...\\\\r` in `Illegal header
   value b'...'`), and URL-encoded.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -44,6 +48,10 @@ _SECRET_KEY = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]+")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+_TOKEN_SHAPED = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})")
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
+_MIN_ENV_SECRET = 8
+"""Environment values shorter than this are not treated as secrets (flags, small numbers)."""
 _MIN_SECRET = 4
 """Known secrets shorter than this are not masked in text (they would blank ordinary words)."""
 
@@ -107,37 +115,46 @@ def _spellings(secrets: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(spellings, key=len, reverse=True))
 
 
-def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
-    """`text` with known secrets, bearer credentials and URL credentials masked."""
+def _known_spellings(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The spellings of every secret known now: remembered, in the environment, and `secrets`."""
+    environment = (
+        value for name, value in os.environ.items() if len(value) >= _MIN_ENV_SECRET and _SECRET_ENV.search(name.upper())
+    )
     with _known_lock:
-        known = frozenset((*_known, *secrets))
-    for spelling in _spellings(known):
+        known = frozenset((*_known, *environment, *secrets))
+    return _spellings(known)
+
+
+def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
+    """`text` with known secrets, bearer and token-shaped credentials and URL credentials masked."""
+    return _redact_text(text, _known_spellings(secrets))
+
+
+def _redact_text(text: str, spellings: tuple[str, ...]) -> str:
+    for spelling in spellings:
         text = text.replace(spelling, MASK)
     text = _BEARER.sub(lambda match: f"{match[1]}{match[2]}{MASK}", text)
+    text = _TOKEN_SHAPED.sub(MASK, text)
     return _URL_CREDENTIALS.sub(lambda match: f"{match[1]}{MASK}@", text)
 
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """A copy of JSON-like `value` with every secret masked (see the module docs)."""
-    secrets = tuple(secrets)
-    return _redact(value, secrets, under_secret=False)
+    return _redact(value, _known_spellings(secrets), under_secret=False)
 
 
-def _redact(value: Any, secrets: tuple[str, ...], *, under_secret: bool) -> Any:
+def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:
     if isinstance(value, Mapping):
-        return {
-            key: _redact(item, secrets, under_secret=is_secret_key(key))
-            for key, item in value.items()
-        }
+        return {key: _redact(item, spellings, under_secret=is_secret_key(key)) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        items = [_redact(item, secrets, under_secret=under_secret) for item in value]
+        items = [_redact(item, spellings, under_secret=under_secret) for item in value]
         return items if isinstance(value, list) else tuple(items)
     if value is None or isinstance(value, bool):
         return value
     if under_secret and isinstance(value, str | bytes | int | float):
         return MASK
     if isinstance(value, str):
-        return redact_text(value, secrets=secrets)
+        return _redact_text(value, spellings)
     return value
 
 

@@ -138,6 +138,7 @@ def test_the_grep_sees_leaks_when_redaction_is_off(
     monkeypatch.setattr(redaction, "_spellings", lambda secrets: ())
     monkeypatch.setattr(redaction, "_BEARER", never)
     monkeypatch.setattr(redaction, "_URL_CREDENTIALS", never)
+    monkeypatch.setattr(redaction, "_TOKEN_SHAPED", never)
     monkeypatch.setattr(redaction, "is_secret_key", lambda key: False)
     outputs = every_output(server, tmp_path, caplog)
     assert [name for name, text in outputs.items() if not leaks(text)] == []

@@ -62,8 +62,8 @@ from kedi.history.store.records import (
     TurnRecord,
     decode_lane_key,
     encode_lane_key,
-    redact,
 )
+from kedi.redaction import redact
 
 if TYPE_CHECKING:
     from kedi.history.store.base import Store, StoreTransaction

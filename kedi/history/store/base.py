@@ -21,9 +21,9 @@ from kedi.history.store.records import (
     TurnRecord,
     decode_lane_key,
     encode_lane_key,
-    redact,
 )
 from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
+from kedi.redaction import redact
 
 __all__ = ["Driver", "Store", "StoreTransaction"]
 

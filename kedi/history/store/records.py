@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,7 +19,6 @@ __all__ = [
     "decode_lane_key",
     "encode_lane_key",
     "mask_dsn",
-    "redact",
 ]
 
 
@@ -120,47 +116,7 @@ class TurnRecord:
 
 # --------------------------------------------------------------------------- redaction
 
-_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|access[_-]?key|secret[_-]?key|token|secret|password|authorization|credentials?)$", re.IGNORECASE)
-_SECRET_TEXT = re.compile(
-    r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})"
-)
-_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
 MASK = "***"
-
-
-def _environment_secrets() -> list[str]:
-    """Values of secret-named environment variables (long enough to be real secrets)."""
-    return sorted(
-        (value for name, value in os.environ.items() if _SECRET_ENV.search(name.upper()) and len(value) >= 8),
-        key=len,
-        reverse=True,
-    )
-
-
-def redact(data: Any) -> Any:
-    """`data` (JSON-like) with secrets masked: secret-named keys, token-shaped text and env secrets.
-
-    The one redaction call the store makes before writing anything; it is
-    the same rule transcripts use for settings (`kedi.runtime.calls.redact`)
-    extended to nested values and message text.
-    """
-    return _redact(data, _environment_secrets())
-
-
-def _redact(data: Any, secrets: list[str]) -> Any:
-    if isinstance(data, str):
-        for secret in secrets:
-            if secret in data:
-                data = data.replace(secret, MASK)
-        return _SECRET_TEXT.sub(MASK, data) if ("sk-" in data or "Bearer" in data or "gh" in data or "xox" in data) else data
-    if isinstance(data, Mapping):
-        return {
-            key: (MASK if isinstance(key, str) and _SECRET_KEY.search(key) and value not in (None, "") else _redact(value, secrets))
-            for key, value in data.items()
-        }
-    if isinstance(data, list | tuple):
-        return [_redact(item, secrets) for item in data]
-    return data
 
 
 def mask_dsn(dsn: str) -> str:
