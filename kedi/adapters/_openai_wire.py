@@ -178,9 +178,10 @@ def wire_messages(messages: Sequence[Message]) -> list[JSONDict]:
 
 def _wire_message(message: Message) -> JSONDict:
     if message.role == "assistant":
-        # The wire wants `null` content beside tool calls, and a string otherwise.
-        content = message.content or (None if message.tool_calls else "")
-        wire: JSONDict = {"role": "assistant", "content": content}
+        # Always a string, `""` beside tool calls: OpenAI and the openai SDK's
+        # types accept `""` or `null` there, but llama.cpp's server rejects
+        # `null` (HTTP 500 on the next request), so one rule serves every server.
+        wire: JSONDict = {"role": "assistant", "content": message.content}
         if message.tool_calls:
             wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
         return wire
@@ -224,6 +225,16 @@ def function_tool(
     if strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+def json_object_format(schema: JSONDict) -> JSONDict:
+    """The `response_format` of `json_object` mode: JSON, with the schema where a server takes it.
+
+    llama.cpp (and servers built on it) constrain decoding to `schema`; others
+    ignore the extra field or reject it, which `auto` mode treats as a shape
+    rejection like any other.
+    """
+    return {"type": "json_object", "schema": schema}
 
 
 def response_format(name: str, schema: JSONDict, strict: bool) -> JSONDict:
@@ -333,6 +344,34 @@ def error_fields(data: Any) -> tuple[str, str]:
     code = str(error.get("code") or error.get("type") or "")
     message = error.get("message")
     return code, str(message) if message else json.dumps(error)[:500]
+
+
+_SHAPE_FIELD = re.compile(r"\b(response_format|json_schema|json_object|tool_choice|tools|functions)\b")
+"""Request fields whose rejection means the structured-output *shape* was refused."""
+
+
+def rejects_shape(status: int, data: Any, noise: Sequence[str]) -> bool:
+    """Whether an error reply refuses the request's shape (its structured-output fields).
+
+    Decided from the status and the JSON body only: 400, 404, 422 or a 5xx
+    whose `param` or `code` names a shape field (`response_format`, `tools`,
+    `tool_choice`, ...), or whose body mentions one once the `noise` (the base
+    URL, the model name) is removed, so a model called `x-tool-use` or a URL
+    path never counts. llama.cpp's server answers an unsupported
+    `response_format` with a 500 that names it.
+    """
+    if status not in (400, 404, 422) and status < 500:
+        return False
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        for key in ("param", "code"):
+            value = error.get(key)
+            if isinstance(value, str) and _SHAPE_FIELD.search(value.replace(".", " ")):
+                return True
+    text = json.dumps(data, ensure_ascii=False) if not isinstance(data, str) else data
+    for word in sorted(filter(None, noise), key=len, reverse=True):
+        text = text.replace(word, " ")
+    return _SHAPE_FIELD.search(text) is not None
 
 
 def provider_error(status: int, code: str, detail: str, where: str) -> ProviderError:
