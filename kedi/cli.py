@@ -22,7 +22,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "serve-local")
 
 
 class _KediGroup(click.Group):
@@ -129,6 +129,9 @@ def main() -> None:
 @click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
+@click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).")
+@click.option("--api-key-env", metavar="NAME", help="Read the API key from environment variable NAME (default OPENAI_API_KEY).")
+@click.option("--structured-mode", type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]), help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, the structured_mode setting, auto).")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -139,28 +142,36 @@ def run(
     transcript: str | None,
     parallel: str | None,
     quiet: bool,
+    base_url: str | None,
+    api_key_env: str | None,
+    structured_mode: str | None,
 ) -> None:
     """Check and run a Kedi program; print its result to stdout.
 
     Options after FILE that kedi does not own become the program's `args`
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
+    from kedi.adapters.endpoint import command_line_options
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
     source, path = _read_source(file, command)
+    endpoint = command_line_options(
+        base_url=base_url, api_key_env=api_key_env, structured_mode=structured_mode
+    )
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
-        result = program.run_sync(
-            args=program_arguments(ctx.args),
-            adapter=adapter,
-            model=model,
-            transcript=transcript,
-            parallel=workers,
-            quiet=quiet,
-        )
+        with endpoint:
+            result = program.run_sync(
+                args=program_arguments(ctx.args),
+                adapter=adapter,
+                model=model,
+                transcript=transcript,
+                parallel=workers,
+                quiet=quiet,
+            )
     except KediError as error:
         _fail(error)
     if result is not None:
@@ -201,3 +212,17 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+@main.command("serve-local")
+@click.option("--port", type=int, default=8765, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--model-path", metavar="GGUF", help="GGUF model file (default: the model kedi[local] installs).")
+def serve_local(port: int, host: str, model_path: str | None) -> None:
+    """Serve the local model over an OpenAI-compatible API (llama.cpp), until interrupted."""
+    from kedi.cli_local import serve_local as serve
+
+    try:
+        serve(host=host, port=port, model_path=model_path)
+    except KediError as error:
+        _fail(error)

@@ -41,6 +41,7 @@ ADAPTERS: dict[str, str] = {
     "openai": "kedi.adapters.openai:OpenAIAdapter",
     "pydantic": "kedi.adapters.pydantic_ai:PydanticAdapter",
     "langchain": "kedi.adapters.langchain:LangChainAdapter",
+    "local": "kedi.adapters.local:LocalAdapter",
 }
 """Short name -> `module:Class`, imported lazily."""
 
@@ -65,11 +66,13 @@ def adapter_class(shortname: str) -> type[Adapter]:
 def create_adapter(adapter: str | None, model: str | None) -> Adapter:
     """Build an adapter for an (adapter, model) pair of names.
 
-    `offline` and `script:PATH` models select their offline adapters whatever
-    the adapter name; with neither name the offline model is used.
+    `offline`, `script:PATH` and `local[:GGUF]` models select their in-process
+    adapters whatever the adapter name; with neither name the offline model is used.
     """
     if model is not None and model.startswith("script:"):
         return adapter_class("script")(model[len("script:") :])
+    if model is not None and (model == "local" or model.startswith("local:")):
+        return adapter_class("local")(model)
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):
         cls: Any = adapter_class("offline")
         return cls() if model in (None, "offline") else cls(model)

@@ -1,7 +1,10 @@
 """The LangChain adapter: native `BaseMessage` lanes over any LangChain chat model.
 
-`LangChainAdapter(chat_model)` takes any `BaseChatModel` and owns the whole
-call, so the lane gets exactly what was sent and answered:
+`LangChainAdapter(chat_model)` takes any `BaseChatModel`, or a model name
+that LangChain's `init_chat_model` resolves (`"openai:gpt-4o-mini"`, which
+is how `kedi run --adapter langchain --model NAME` builds it; see
+`chat_model_from_name`), and owns the whole call, so the lane gets exactly
+what was sent and answered:
 
 - **Requests**: a leading `SystemMessage` with the call's instructions (never
   stored), then the lane history without its system messages, then the turn so
@@ -12,7 +15,9 @@ call, so the lane gets exactly what was sent and answered:
   answers without tool calls; at most `max_rounds` model requests per call.
 - **Structured output**: without tools, `with_structured_output(model,
   include_raw=True)` (so each chat model uses its own method: a forced tool,
-  or a JSON response format); with tools, the output schema is bound as one
+  or a JSON response format; the `structured_method` setting chooses one,
+  e.g. `function_calling` for llama.cpp, which refuses ChatOpenAI's default
+  `json_schema`); with tools, the output schema is bound as one
   more tool and the model is asked to call some tool every round (a forced
   single schema tool would leave it unable to use the call's tools). kedi
   validates the raw reply itself, with the JSON rules of `request.output`. A
@@ -58,6 +63,7 @@ from kedi.adapters.base import (
     OutputSpec,
     Usage,
 )
+from kedi.adapters.endpoint import api_key, configured_base_url
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -94,7 +100,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised by a test that hides langchain_core
     raise ExtraNotInstalledError("langchain-core", "langchain") from error
 
-__all__ = ["CLASSIFIER", "LangChainAdapter"]
+__all__ = ["CLASSIFIER", "LangChainAdapter", "chat_model_from_name"]
 
 _FIELD_SETTINGS = (
     "temperature",
@@ -126,22 +132,26 @@ class LangChainAdapter(Adapter):
         history=True,
         offline=False,
         message_format="langchain",
-        settings=frozenset({*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort"}),
+        settings=frozenset(
+            {*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort", "structured_method"}
+        ),
     )
 
     def __init__(
         self,
-        chat_model: BaseChatModel,
+        chat_model: BaseChatModel | str | None,
         *,
         history_processor: Callable[..., Any] | None = None,
         max_rounds: int = 10,
         output_retries: int = 2,
     ) -> None:
-        """Wrap `chat_model`; raises `KediConfigError` on a bad argument."""
+        """Wrap `chat_model` (or the model a name gives); raises `KediConfigError` on a bad argument."""
+        if isinstance(chat_model, str):
+            chat_model = chat_model_from_name(chat_model)
         if not isinstance(chat_model, BaseChatModel):
             raise KediConfigError(
-                "the langchain adapter needs a LangChain chat model object, not "
-                f"{type(chat_model).__name__}; build one in Python and pass it, e.g. "
+                "the langchain adapter needs a model name (`--model openai:gpt-4o-mini`) or a "
+                f"LangChain chat model object, not {type(chat_model).__name__}, e.g. "
                 "run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
             )
         self.chat_model = chat_model
@@ -212,6 +222,45 @@ class LangChainAdapter(Adapter):
             raise HistoryError(
                 f"not a list of LangChain messages (messages_to_dict form): {error!r}"
             ) from None
+
+
+def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
+    """The chat model LangChain's `init_chat_model` builds for `name` (`"openai:gpt-4o-mini"`).
+
+    `settings` go to the chat model's constructor. With a base URL configured
+    (`--base-url`, `KEDI_BASE_URL`, `OPENAI_BASE_URL`; `kedi.adapters.endpoint`)
+    an `openai:` or provider-less name is a `ChatOpenAI` at that URL, with the
+    configured key (a placeholder when there is none: local servers need no
+    key, but ChatOpenAI refuses to start without one).
+
+    Raises:
+        ExtraNotInstalledError: `langchain` (or the provider's package) is missing.
+        KediConfigError: LangChain cannot build a model of that name.
+    """
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise ExtraNotInstalledError("langchain", "langchain") from None
+    provider, _, bare = name.rpartition(":")
+    base_url = configured_base_url()
+    if base_url is not None and provider in ("", "openai"):
+        name = bare
+        settings.setdefault("model_provider", "openai")
+        settings.setdefault("base_url", base_url)
+        settings.setdefault("api_key", api_key() or "not-needed")
+    elif provider == "openai" and "api_key" not in settings and api_key():
+        settings["api_key"] = api_key()
+    try:
+        model: BaseChatModel = init_chat_model(name, **settings)
+    except ImportError as error:
+        package = getattr(error, "name", None) or "the provider's package"
+        raise KediConfigError(
+            f"LangChain needs {package} for model {name!r}: pip install \"kedi[langchain]\" "
+            f"(and the provider's langchain-* package): {error}"
+        ) from None
+    except Exception as error:  # the provider's own checks (a missing key, a bad name) vary
+        raise KediConfigError(f"LangChain cannot build a chat model for {name!r}: {error}") from None
+    return model
 
 
 def _require_asyncio() -> None:
@@ -310,7 +359,10 @@ class _Turn:
             _function(tool.name, tool.description, tool.parameters) for tool in self.request.tools
         ]
         if spec is not None and not tools:
-            return model.with_structured_output(spec.model, include_raw=True)
+            method = self.request.settings.get("structured_method")
+            if method is None:
+                return model.with_structured_output(spec.model, include_raw=True)
+            return model.with_structured_output(spec.model, include_raw=True, method=method)
         if spec is not None:
             return model.bind_tools(
                 [*tools, _function(spec.name, "The final answer.", spec.json_schema)],

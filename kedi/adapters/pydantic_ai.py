@@ -18,8 +18,19 @@
   never `StructuredDict` (which does not validate). `output_mode="auto"` picks
   `native` where the model profile has `supports_json_schema_output` (the lane
   then holds no tool traffic), else `tool` where it supports tools, else
-  `prompted`. The value is the dict of captures, validated again with
-  `request.output`.
+  `prompted`. `json_object` is prompted output sent with `response_format
+  {"type": "json_object", "schema": ...}` (llama.cpp constrains decoding to
+  the schema). In `tool` mode a call without tools of its own forces the
+  output tool by name (servers such as llama.cpp ignore `tool_choice:
+  "required"`). The `output_mode` setting (`> settings:`) chooses per call,
+  over the constructor's. The value is the dict of captures, validated again
+  with `request.output`.
+- **Endpoints**: with a base URL configured (`--base-url`, `KEDI_BASE_URL`,
+  `OPENAI_BASE_URL`, `OPENAI_API_BASE`; `kedi.adapters.endpoint`), an
+  `openai:NAME`, `openai-chat:NAME` or bare `NAME` model is Pydantic AI's
+  chat-completions model at that URL (the Responses API that `openai:` means
+  exists only at OpenAI); an error names the endpoint, and a 404 asks whether
+  `/v1` is missing.
 - **Settings**: the common settings Pydantic AI knows go to `ModelSettings`
   unless the model class lists them in `unsupported_settings`; `stop` becomes
   `stop_sequences`; `effort` becomes the unified `thinking` setting (`max` sent
@@ -65,6 +76,7 @@ from kedi.adapters.base import (
     ToolSpec,
     Usage,
 )
+from kedi.adapters.endpoint import api_key, configured_base_url
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -117,7 +129,7 @@ except ImportError as error:  # pragma: no cover - exercised by a test that hide
 
 __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
-OutputMode = Literal["auto", "tool", "native", "prompted"]
+OutputMode = Literal["auto", "tool", "native", "prompted", "json_object"]
 
 _MODEL_SETTINGS = frozenset(
     {
@@ -139,9 +151,12 @@ _MODEL_SETTINGS = frozenset(
     }
 )
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
-_KEDI_SETTINGS = frozenset({"stop", "effort", "output_retries", "tool_retries", "request_limit"})
+_KEDI_SETTINGS = frozenset(
+    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "output_mode"}
+)
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
+OUTPUT_TOOL = "final_result"
 
 
 # --------------------------------------------------------------------------- the adapter
@@ -179,13 +194,17 @@ class PydanticAdapter(Adapter):
         self.capabilities = tuple(capabilities)
         if history_processor is not None:
             reject_process_history(self.capabilities)
+        self.endpoint: str | None = None
+        """`POST <url>` of the chat-completions endpoint kedi configured, named in errors."""
         self._model = _resolve_model(model)
+        if isinstance(model, str) and self._model is not None:
+            self._model, self.endpoint = _with_base_url(model, self._model)
         self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
         self.output_mode = (
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
         )
         self._agents: dict[
-            tuple[tuple[tuple[str, str, str], ...], type[Any] | None],
+            tuple[tuple[tuple[str, str, str], ...], type[Any] | None, OutputMode],
             Agent[Mapping[str, ToolHandler], Any],
         ] = {}
 
@@ -225,11 +244,12 @@ class PydanticAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         assert self._model is not None  # checked above
-        options = _run_options(request.settings, self._model)
+        mode = self._call_mode(request)
+        options = _run_options(request.settings, self._model, _mode_settings(request, mode))
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
         history = await call.first_history()
         with capture_run_messages() as captured, _mapped_errors(call, captured):
-            result = await self._agent(request.tools, request.output).run(
+            result = await self._agent(request.tools, request.output, mode).run(
                 request.prompt,
                 message_history=history,
                 instructions=request.instructions or None,
@@ -250,8 +270,19 @@ class PydanticAdapter(Adapter):
             rewrites=call.rewrites,
         )
 
+    def _call_mode(self, request: CallRequest) -> OutputMode:
+        """The structured-output mode of one call: its `output_mode` setting, else the adapter's."""
+        setting = request.settings.get("output_mode")
+        if setting is None or self._model is None:
+            return self.output_mode
+        if setting not in get_args(OutputMode):
+            raise KediConfigError(
+                f"unknown output_mode setting {setting!r}; expected one of {', '.join(get_args(OutputMode))}"
+            )
+        return _output_mode(self._model, setting)
+
     def _agent(
-        self, tools: Sequence[ToolSpec], output: OutputSpec | None
+        self, tools: Sequence[ToolSpec], output: OutputSpec | None, mode: OutputMode
     ) -> Agent[Mapping[str, ToolHandler], Any]:
         """The agent of a tool contract and output type, built once.
 
@@ -262,12 +293,12 @@ class PydanticAdapter(Adapter):
         contract = tuple(
             (t.name, t.description, json.dumps(t.parameters, sort_keys=True)) for t in tools
         )
-        key = (contract, None if output is None else output.model)
+        key = (contract, None if output is None else output.model, mode)
         agent = self._agents.get(key)
         if agent is None:
             agent = self._agents[key] = Agent(
                 self._model,
-                output_type=str if output is None else _output_type(output, self.output_mode),
+                output_type=str if output is None else _output_type(output, mode),
                 deps_type=Mapping[str, ToolHandler],
                 tools=[_tool(spec) for spec in tools],
                 capabilities=list(self.capabilities) or None,
@@ -311,6 +342,21 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
 
 
+def _with_base_url(name: str, model: Model) -> tuple[Model, str | None]:
+    """`model`, or the chat-completions model at the configured base URL, and its endpoint."""
+    base_url = configured_base_url()
+    provider, _, bare = name.rpartition(":")
+    if base_url is None or provider not in ("", "openai", "openai-chat"):
+        return model, None
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    # Local servers need no key, but the openai SDK refuses to start without one.
+    key = api_key() or "not-needed"
+    chat = OpenAIChatModel(bare, provider=OpenAIProvider(base_url=base_url, api_key=key))
+    return chat, f"POST {base_url.rstrip('/')}/chat/completions"
+
+
 def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
     """The structured-output mode for `model` (see the module docs for `auto`)."""
     profile = model.profile
@@ -318,6 +364,7 @@ def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
         "native": bool(profile.get("supports_json_schema_output")),
         "tool": bool(profile.get("supports_tools", True)),
         "prompted": True,
+        "json_object": True,
     }
     if mode == "auto":
         return next(name for name in ("native", "tool", "prompted") if supported[name])  # type: ignore[return-value]
@@ -341,9 +388,22 @@ def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:
     validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[valid-type]
     if mode == "native":
         return NativeOutput(validated, name=spec.name)
-    if mode == "prompted":
+    if mode in ("prompted", "json_object"):
         return PromptedOutput(validated, name=spec.name)
-    return ToolOutput(validated)
+    return ToolOutput(validated, name=OUTPUT_TOOL)
+
+
+def _mode_settings(request: CallRequest, mode: OutputMode) -> dict[str, Any]:
+    """Model settings a structured mode adds to the call's own (which win)."""
+    output = request.output
+    if output is None:
+        return {}
+    if mode == "json_object":
+        response_format = {"type": "json_object", "schema": output.json_schema}
+        return {"extra_body": {"response_format": response_format}}
+    if mode == "tool" and not request.tools:
+        return {"tool_choice": [OUTPUT_TOOL]}
+    return {}
 
 
 def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
@@ -369,14 +429,22 @@ class _RunOptions:
     usage_limits: UsageLimits | None
 
 
-def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
-    """Map kedi settings to a run's options (see the module docs); unknown keys are dropped."""
+def _run_options(
+    settings: Mapping[str, Any], model: Model, defaults: Mapping[str, Any]
+) -> _RunOptions:
+    """Map kedi settings to a run's options (see the module docs); unknown keys are dropped.
+
+    `defaults` are the structured mode's settings; the call's own win, and an
+    `extra_body` of the call is merged over the mode's.
+    """
     unsupported = model.unsupported_settings
     chosen: dict[str, Any] = {
         key: value
-        for key, value in settings.items()
+        for key, value in {**defaults, **settings}.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
+    if "extra_body" in defaults and "extra_body" in settings:
+        chosen["extra_body"] = {**defaults["extra_body"], **settings["extra_body"]}
     stop = settings.get("stop")
     if (
         stop is not None
@@ -610,7 +678,8 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
     commits nothing.
     """
     request = call.request
-    where = f"model {call.adapter.model_name!r}{_at(request)}"
+    endpoint = f" at {call.adapter.endpoint}" if call.adapter.endpoint else ""
+    where = f"model {call.adapter.model_name!r}{endpoint}{_at(request)}"
     try:
         yield
     except pai.UnexpectedModelBehavior as error:
@@ -623,13 +692,24 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
             partial=call.partial("usage", captured),
         ) from error
     except pai.ModelAPIError as error:
-        raise _provider_error(error, where, call.partial("model", captured)) from error
+        mapped = _provider_error(error, where, call.partial("model", captured))
+        if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):
+            mapped = ModelNotFoundError(
+                f"{mapped.message}; is `/v1` missing from the base URL?",
+                status=mapped.status,
+                partial=mapped.partial,
+            )
+        raise mapped from error
     except pai.UserError as error:
         raise AdapterError(f"Pydantic AI rejected the call{_at(request)}: {error}") from error
     except pai.AgentRunError as error:
         raise AdapterError(
             f"{where} failed: {error}", partial=call.partial("model", captured)
         ) from error
+
+
+def _misses_v1(endpoint: str | None) -> bool:
+    return endpoint is not None and not endpoint.endswith("/v1/chat/completions")
 
 
 def _provider_error(
