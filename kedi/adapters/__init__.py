@@ -66,12 +66,14 @@ def adapter_class(shortname: str) -> type[Adapter]:
 def create_adapter(adapter: str | None, model: str | None) -> Adapter:
     """Build an adapter for an (adapter, model) pair of names.
 
-    `offline`, `script:PATH` and `local[:GGUF]` models select their in-process
-    adapters whatever the adapter name; with neither name the offline model is used.
+    `offline` and `script:PATH` models select their offline adapters whatever
+    the adapter name, and `local[:GGUF]` the in-process llama.cpp one unless
+    another adapter is named (then `local` is a model name, as
+    `kedi serve-local` serves it); with neither name the offline model is used.
     """
     if model is not None and model.startswith("script:"):
         return adapter_class("script")(model[len("script:") :])
-    if model is not None and (model == "local" or model.startswith("local:")):
+    if adapter in (None, "local") and model is not None and model.split(":")[0] == "local":
         return adapter_class("local")(model)
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):
         cls: Any = adapter_class("offline")

@@ -25,6 +25,7 @@ for SmolLM2); calls to it run one at a time, as llama.cpp requires.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import json
 import os
@@ -91,8 +92,20 @@ def load_llama(path: str, n_ctx: int = N_CTX) -> Any:
                 llama = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, verbose=False)
             except (ValueError, RuntimeError) as error:
                 raise KediConfigError(f"llama.cpp cannot load {path}: {error}") from None
+            if not _models:
+                atexit.register(close_models)
             _models[(path, n_ctx)] = llama
     return llama
+
+
+def close_models() -> None:
+    """Free every loaded model (at exit, before Python tears down the modules llama.cpp's
+    finalizer needs)."""
+    with _models_lock:
+        models = list(_models.values())
+        _models.clear()
+    for llama in models:
+        llama.close()
 
 
 class LocalAdapter(OpenAIAdapter):

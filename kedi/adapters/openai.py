@@ -296,7 +296,7 @@ class OpenAIAdapter(Adapter):
         tools = [
             function_tool(tool.name, tool.description, tool.parameters) for tool in request.tools
         ]
-        choice = options.tool_choice
+        choice = _pending_choice(options.tool_choice, call.turn.added)
         if plan is not None and plan.mode == "tool":
             description = f"Give the final {plan.spec.name} answer."
             tools.append(function_tool(plan.tool_name, description, *plan.schema()))
@@ -618,6 +618,21 @@ class _ShapeRejected(Exception):
     def __init__(self, error: ProviderError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+def _pending_choice(choice: Any, added: list[Message]) -> Any:
+    """The `tool_choice` to send: one that names a tool forces it until the call has called it.
+
+    Forcing a named tool on every request (as the setting says) would loop
+    until `request_limit`, since the model could never answer; once that
+    tool's result is in the turn, the model chooses freely.
+    """
+    if not isinstance(choice, dict):
+        return choice
+    name = (choice.get("function") or {}).get("name")
+    if any(message.role == "tool" and message.tool_name == name for message in added):
+        return None
+    return choice
 
 
 def _with_hint(error: ProviderError, hint: str, *, retryable: bool | None = None) -> ProviderError:
