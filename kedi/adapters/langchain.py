@@ -64,6 +64,7 @@ from kedi.adapters.base import (
     Usage,
 )
 from kedi.adapters.endpoint import api_key, configured_base_url
+from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -146,8 +147,13 @@ class LangChainAdapter(Adapter):
         output_retries: int = 2,
     ) -> None:
         """Wrap `chat_model` (or the model a name gives); raises `KediConfigError` on a bad argument."""
+        self._name: str | None = None
+        """The model's name when kedi builds it (then each run gets a copy with its own client)."""
         if isinstance(chat_model, str):
+            self._name = chat_model
             chat_model = chat_model_from_name(chat_model)
+            if "http_async_client" not in type(chat_model).model_fields:
+                self._name = None  # a provider without a client to give: use the model as it is
         if not isinstance(chat_model, BaseChatModel):
             raise KediConfigError(
                 "the langchain adapter needs a model name (`--model openai:gpt-4o-mini`) or a "
@@ -208,7 +214,20 @@ class LangChainAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         processor = chain_processors(self.history_processor, request.history_processor)
-        return await _Turn(self, request, processor).run()
+        if self._name is None:
+            return await _Turn(self, request, processor, self.chat_model).run()
+        # LangChain caches one HTTP client per process, whose connections belong to the
+        # event loop of the run that opened them; a model kedi built gets a client of its
+        # own per run, closed when the run ends (or after the call, outside a run).
+        run = current_resources()
+        if run is not None:
+            model = run.client(self, lambda: _RunModel(self._name or "")).model
+            return await _Turn(self, request, processor, model).run()
+        session = _RunModel(self._name)
+        try:
+            return await _Turn(self, request, processor, session.model).run()
+        finally:
+            await session.aclose()
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize `BaseMessage`s with `messages_to_dict`."""
@@ -261,6 +280,19 @@ def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
     except Exception as error:  # the provider's own checks (a missing key, a bad name) vary
         raise KediConfigError(f"LangChain cannot build a chat model for {name!r}: {error}") from None
     return model
+
+
+class _RunModel:
+    """A chat model built by name with an HTTP client of its own, closed by `aclose`."""
+
+    def __init__(self, name: str) -> None:
+        import openai  # only models that take `http_async_client` (ChatOpenAI) get here
+
+        self.client = openai.DefaultAsyncHttpxClient()
+        self.model = chat_model_from_name(name, http_async_client=self.client)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 def _require_asyncio() -> None:
@@ -317,6 +349,7 @@ class _Turn:
     adapter: LangChainAdapter
     request: CallRequest
     processor: Callable[..., Any] | None
+    chat_model: BaseChatModel
     history: list[BaseMessage] = field(default_factory=list)
     turn: list[BaseMessage] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -353,7 +386,7 @@ class _Turn:
         )
 
     def _runnable(self) -> Runnable[Any, Any]:
-        model = _configured(self.adapter.chat_model, self.request.settings)
+        model = _configured(self.chat_model, self.request.settings)
         spec = self.request.output
         tools = [
             _function(tool.name, tool.description, tool.parameters) for tool in self.request.tools

@@ -77,6 +77,7 @@ from kedi.adapters.base import (
     Usage,
 )
 from kedi.adapters.endpoint import api_key, configured_base_url
+from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -196,9 +197,11 @@ class PydanticAdapter(Adapter):
             reject_process_history(self.capabilities)
         self.endpoint: str | None = None
         """`POST <url>` of the chat-completions endpoint kedi configured, named in errors."""
-        self._model = _resolve_model(model)
-        if isinstance(model, str) and self._model is not None:
-            self._model, self.endpoint = _with_base_url(model, self._model)
+        at_base_url = _model_at_base_url(model) if isinstance(model, str) else None
+        if at_base_url is not None:
+            self._model, self.endpoint = at_base_url
+        else:
+            self._model = _resolve_model(model)
         self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
         self.output_mode = (
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
@@ -244,6 +247,19 @@ class PydanticAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         assert self._model is not None  # checked above
+        if self.endpoint is None:
+            return await self._run(request)
+        # A model kedi built owns its HTTP client: entered for the run (closed when the
+        # run ends, on the run's own event loop) or for this call outside a run.
+        run = current_resources()
+        if run is None:
+            async with self._model:
+                return await self._run(request)
+        await run.client(self, lambda: _EnteredModel(self._model)).enter()
+        return await self._run(request)
+
+    async def _run(self, request: CallRequest) -> CallResult:
+        assert self._model is not None  # checked by `request`
         mode = self._call_mode(request)
         options = _run_options(request.settings, self._model, _mode_settings(request, mode))
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
@@ -342,12 +358,32 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
 
 
-def _with_base_url(name: str, model: Model) -> tuple[Model, str | None]:
-    """`model`, or the chat-completions model at the configured base URL, and its endpoint."""
+class _EnteredModel:
+    """A model entered (its provider's HTTP client open) until the run's resources close."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.entered = False
+
+    async def enter(self) -> None:
+        if not self.entered:
+            self.entered = True  # before the await: parallel calls of the run enter once
+            await self.model.__aenter__()
+
+    async def aclose(self) -> None:
+        if self.entered:
+            await self.model.__aexit__(None, None, None)
+
+
+def _model_at_base_url(name: str) -> tuple[Model, str] | None:
+    """The chat-completions model `name` means at the configured base URL, and its endpoint.
+
+    None without a base URL, or for a name of another provider.
+    """
     base_url = configured_base_url()
     provider, _, bare = name.rpartition(":")
     if base_url is None or provider not in ("", "openai", "openai-chat"):
-        return model, None
+        return None
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
