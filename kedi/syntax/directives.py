@@ -144,6 +144,15 @@ SETTING_NAMES = frozenset(
         "tool_retries",
         "request_limit",
         "max_retries",
+        # kedi's structured-output choices: the openai and local adapters' mode,
+        # Pydantic AI's output mode, LangChain's with_structured_output method
+        "structured_mode",
+        "output_mode",
+        "structured_method",
+        # llama.cpp sampling (the local adapter)
+        "repeat_penalty",
+        "top_k",
+        "min_p",
     }
 )
 """Every key `> settings:` accepts: the union over all adapters (spec §9.6).

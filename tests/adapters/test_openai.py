@@ -1108,3 +1108,112 @@ def test_kedi_run_with_the_openai_adapter_keeps_a_lane(
     assert result.exit_code == 1
     assert "AuthenticationError" in result.stderr and "Traceback" not in result.stderr
     assert KEY not in result.stderr
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.anyio
+async def test_base_url_order_is_command_line_then_kedi_then_openai_then_the_legacy_variable(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_BASE", "http://legacy.invalid/v1")
+    with pytest.warns(FutureWarning, match="OPENAI_API_BASE is deprecated.*OPENAI_BASE_URL"):
+        assert OpenAIAdapter(MODEL).base_url == "http://legacy.invalid/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://openai-env.invalid/v1")
+    assert OpenAIAdapter(MODEL).base_url == "http://openai-env.invalid/v1"
+    monkeypatch.setenv("KEDI_BASE_URL", "http://kedi-env.invalid/v1")
+    assert OpenAIAdapter(MODEL).base_url == "http://kedi-env.invalid/v1"
+    with command_line_options(base_url=server.base_url):
+        adapter = OpenAIAdapter(MODEL)
+    server.add(Reply(body=completion("ok")))
+    assert (await adapter.request(call())).value == "ok"
+    assert OpenAIAdapter(MODEL, base_url="http://explicit.invalid/v1").base_url.startswith(
+        "http://explicit"
+    )
+
+
+@pytest.mark.anyio
+async def test_api_key_env_names_the_variable_and_crlf_is_dropped(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-this-one")
+    monkeypatch.setenv("MY_LLAMA_KEY", "sk-mine\r")
+    with command_line_options(api_key_env="MY_LLAMA_KEY"):
+        adapter = OpenAIAdapter(MODEL, base_url=server.base_url)
+    server.add(Reply(body=completion("ok")))
+    await adapter.request(call())
+
+    assert server.received[0].headers["authorization"] == "Bearer sk-mine"
+    monkeypatch.setenv("KEDI_API_KEY_ENV", "UNSET_KEY_VARIABLE")
+    with pytest.raises(KediConfigError, match="names the environment variable UNSET_KEY_VARIABLE"):
+        OpenAIAdapter(MODEL, base_url=server.base_url)
+
+
+@pytest.mark.anyio
+async def test_a_404_names_the_endpoint_and_asks_whether_v1_is_missing(server: OpenAIServer) -> None:
+    root = server.base_url.removesuffix("/v1")
+    server.add(Reply(404, {"detail": "Not Found"}), Reply(404, error_body("no", code="model_not_found")))
+    with pytest.raises(ModelNotFoundError) as missing_v1:
+        await OpenAIAdapter(MODEL, base_url=root, api_key=KEY).request(call())
+    with pytest.raises(ModelNotFoundError) as unknown_model:
+        await make(server).request(call())
+
+    assert f"POST {root}/chat/completions" in str(missing_v1.value)
+    assert "is `/v1` missing" in str(missing_v1.value)
+    assert "/v1` missing" not in str(unknown_model.value)
+    assert f"POST {server.base_url}/chat/completions" in str(unknown_model.value)
+
+
+def test_kedi_run_takes_base_url_api_key_env_and_structured_mode_flags(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from kedi.cli import main
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://not-this.invalid/v1")
+    monkeypatch.setenv("KEDI_STRUCTURED_MODE", "tool")
+    monkeypatch.setenv("LOCAL_KEY", "sk-local")
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(
+        "> settings:\n    structured_mode: json_schema\n>> A number [n: int].\n= `n + 1`\n"
+    )
+    server.add(Reply(body=completion('{"n": 41}')))
+    flags = ["--base-url", server.base_url, "--api-key-env", "LOCAL_KEY", "--structured-mode", "json_object"]
+    result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", "m", *flags])
+
+    assert (result.exit_code, result.stdout) == (0, "42\n"), result.stderr
+    [received] = server.received
+    assert received.headers["authorization"] == "Bearer sk-local"
+    assert received.body["response_format"]["type"] == "json_object"
+    result = CliRunner().invoke(main, ["run", str(flow), "--structured-mode", "native"])
+    assert result.exit_code == 2 and "native" in result.stderr
+
+
+@pytest.mark.anyio
+async def test_transcript_lines_carry_mode_attempt_and_failures_without_the_key(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    import kedi
+
+    server.add(
+        Reply(503, error_body(f"overloaded, key {KEY}")),
+        Reply(body=completion('{"n": "not a number"}')),
+        Reply(body=completion('{"n": 7}')),
+    )
+    path = tmp_path / "transcript.jsonl"
+    program = kedi.compile(">> A number [n: int].\n= `n`")
+    value = await program.run(adapter=make(server, structured_mode="json_object"), transcript=path)
+
+    assert value == 7
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["structured_mode"], r["attempt"], r["failed"]) for r in lines] == [
+        ("json_object", 1, True),
+        ("json_object", 2, True),
+        ("json_object", 3, False),
+    ]
+    assert "HTTP 503" in lines[0]["error"] and lines[0]["response"]["status"] == 503
+    assert "n: Input should be a valid integer" in lines[1]["error"]
+    assert "error" not in lines[2]
+    assert KEY not in path.read_text()
