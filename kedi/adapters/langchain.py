@@ -47,6 +47,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -283,16 +284,46 @@ def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
 
 
 class _RunModel:
-    """A chat model built by name with an HTTP client of its own, closed by `aclose`."""
+    """A chat model built by name with an HTTP client of its own, closed by `aclose`.
+
+    The client sends an assistant message's missing content as `""`, the rule
+    kedi's own `openai` adapter follows: ChatOpenAI sends `null` beside tool
+    calls, which llama.cpp's server refuses (HTTP 500 on every request whose
+    history holds a structured-output or tool call).
+    """
 
     def __init__(self, name: str) -> None:
         import openai  # only models that take `http_async_client` (ChatOpenAI) get here
 
-        self.client = openai.DefaultAsyncHttpxClient()
+        # The SDK's own httpx (httpx2 for openai>=3): its client takes only its transports.
+        sdk_httpx = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+        transport = _string_content_transport(sdk_httpx)
+        self.client = openai.DefaultAsyncHttpxClient(transport=transport)
         self.model = chat_model_from_name(name, http_async_client=self.client)
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _string_content_transport(sdk_httpx: Any) -> Any:
+    """An HTTP transport (of the openai SDK's httpx) that turns `content: null` into `""`."""
+
+    class StringContent(sdk_httpx.AsyncHTTPTransport):  # type: ignore[misc, name-defined]
+        async def handle_async_request(self, request: Any) -> Any:
+            if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+                body = json.loads(await request.aread())
+                messages = [m for m in body.get("messages", ()) if isinstance(m, dict)]
+                nulls = [m for m in messages if m.get("role") == "assistant" and m.get("content") is None]
+                if nulls:
+                    for message in nulls:
+                        message["content"] = ""
+                    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+                    request = sdk_httpx.Request(
+                        request.method, request.url, headers=headers, content=json.dumps(body).encode()
+                    )
+            return await super().handle_async_request(request)
+
+    return StringContent()
 
 
 def _require_asyncio() -> None:
@@ -367,10 +398,9 @@ class _Turn:
 
     async def run(self) -> CallResult:
         """The loop: ask, run tools or decode the output, until done or out of rounds."""
-        runnable = self._runnable()
         spec = self.request.output
         for _ in range(self.adapter.max_rounds):
-            reply = await self._ask(runnable)
+            reply = await self._ask(self._runnable())
             if spec is not None:
                 done, value = await self._structured(reply, spec)
                 if done:
@@ -399,7 +429,7 @@ class _Turn:
         if spec is not None:
             return model.bind_tools(
                 [*tools, _function(spec.name, "The final answer.", spec.json_schema)],
-                tool_choice="any",
+                tool_choice=self._structured_choice(spec),
             )
         if tools:
             options = {
@@ -409,6 +439,19 @@ class _Turn:
             }
             return model.bind_tools(tools, **options)
         return model
+
+    def _structured_choice(self, spec: OutputSpec) -> str:
+        """`tool_choice` of a structured call with tools: some tool, or a named one.
+
+        A `tool_choice` setting naming one of the call's tools forces it until
+        the turn has called it, then the answer (the schema tool) is forced:
+        servers such as llama.cpp ignore `any`/`required` but honour a name.
+        """
+        named = self.request.settings.get("tool_choice")
+        if named not in {tool.name for tool in self.request.tools}:
+            return "any"
+        called = any(isinstance(m, ToolMessage) and m.name == named for m in self.turn)
+        return spec.name if called else str(named)
 
     def _result(self, value: Any) -> CallResult:
         return CallResult(

@@ -261,8 +261,14 @@ class PydanticAdapter(Adapter):
     async def _run(self, request: CallRequest) -> CallResult:
         assert self._model is not None  # checked by `request`
         mode = self._call_mode(request)
-        options = _run_options(request.settings, self._model, _mode_settings(request, mode))
+        options = _run_options(
+            request.settings,
+            self._model,
+            _mode_settings(request, mode),
+            frozenset(tool.name for tool in request.tools),
+        )
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
+        call.forced = options.forced
         history = await call.first_history()
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output, mode).run(
@@ -375,6 +381,30 @@ class _EnteredModel:
             await self.model.__aexit__(None, None, None)
 
 
+@dataclass
+class _ForceToolFirst(AbstractCapability[Any]):
+    """A `tool_choice` setting naming a function tool: forced on the run's first request only.
+
+    Pydantic AI refuses a static choice that names no output tool (the run
+    could never end); servers such as llama.cpp ignore `required` but honour
+    a name, so this is how a small model is made to call a tool.
+    """
+
+    tool: str
+    extra_body: dict[str, Any]
+    """The call's own `extra_body` (a run's static one would replace this capability's)."""
+
+    def get_model_settings(self) -> Any:
+        def per_step(ctx: RunContext[Any]) -> ModelSettings:
+            if ctx.run_step > 1:
+                return ModelSettings(extra_body=self.extra_body) if self.extra_body else ModelSettings()
+            # In the body: Pydantic AI sends a one-function choice as `required`.
+            choice = {"type": "function", "function": {"name": self.tool}}
+            return ModelSettings(extra_body={**self.extra_body, "tool_choice": choice})
+
+        return per_step
+
+
 def _model_at_base_url(name: str) -> tuple[Model, str] | None:
     """The chat-completions model `name` means at the configured base URL, and its endpoint.
 
@@ -460,13 +490,17 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
 
 @dataclass(frozen=True, slots=True)
 class _RunOptions:
+    forced: _ForceToolFirst | None
     model_settings: ModelSettings | None
     retries: dict[str, int] | None
     usage_limits: UsageLimits | None
 
 
 def _run_options(
-    settings: Mapping[str, Any], model: Model, defaults: Mapping[str, Any]
+    settings: Mapping[str, Any],
+    model: Model,
+    defaults: Mapping[str, Any],
+    tool_names: frozenset[str] = frozenset(),
 ) -> _RunOptions:
     """Map kedi settings to a run's options (see the module docs); unknown keys are dropped.
 
@@ -479,6 +513,10 @@ def _run_options(
         for key, value in {**defaults, **settings}.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
+    forced = None
+    if chosen.get("tool_choice") in tool_names:
+        # Forced on the first request only, by a capability that also carries extra_body.
+        forced = _ForceToolFirst(str(chosen.pop("tool_choice")), dict(chosen.pop("extra_body", {})))
     if "extra_body" in defaults and "extra_body" in settings:
         chosen["extra_body"] = {**defaults["extra_body"], **settings["extra_body"]}
     stop = settings.get("stop")
@@ -498,6 +536,7 @@ def _run_options(
     }
     limit = settings.get("request_limit")
     return _RunOptions(
+        forced=forced,
         model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]
         retries=retries or None,
         usage_limits=None
@@ -564,6 +603,8 @@ class _Call:
     requests: int = 0
     """Model requests started so far (the processor's `request_index`)."""
     rewrites: int = 0
+    forced: _ForceToolFirst | None = None
+    """The tool a `tool_choice` setting forces on the run's first request, if any."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
@@ -622,6 +663,8 @@ class _Call:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
             extra.append(_Transcript(self))
+        if self.forced is not None:
+            extra.append(self.forced)
         return extra or None
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:

@@ -157,7 +157,7 @@ def test_a_capture_that_never_validates_ends_in_an_output_validation_error(
     error = caught.value
     chain = [error, getattr(error, "original", None), error.__cause__]
     assert any(isinstance(item, OutputValidationError) for item in chain), repr(error)
-    assert "rejected on purpose" in str(error) or "did not validate" in str(error)
+    assert "real.kedi:10" in str(error)  # the error names the capture's line
 
 
 def test_the_openai_adapter_remembers_the_mode_the_server_took(llama_url: str) -> None:
@@ -176,3 +176,12 @@ def test_the_openai_adapter_remembers_the_mode_the_server_took(llama_url: str) -
     # One rejected json_schema request (HTTP 500, not retried), then json_object from the cache on.
     assert modes == [("json_schema", 1, True), ("json_object", 2, False), ("json_object", 1, False)]
     assert "HTTP 500" in records[0]["error"] and "response_format" in records[0]["error"]
+
+
+def test_the_local_model_example_runs_in_process(local_model: None) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "local_model.kedi"
+    result = kedi.compile(path.read_text(encoding="utf-8"), path=str(path)).run_sync(model="local")
+
+    assert isinstance(result, str) and " days in " in result and "; pack: " in result
