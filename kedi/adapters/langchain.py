@@ -524,8 +524,17 @@ class _Turn:
                 response=portable_json(reply),
                 output_schema=None if output is None else output.json_schema,
                 tools=tuple(tool.name for tool in self.request.tools),
+                mode=None if output is None else self.mode,
+                attempt=self.usage.requests,
             )
         )
+
+    @property
+    def mode(self) -> str:
+        """How the call asks for structured output: the `structured_method`, `tools`, or `default`."""
+        if self.request.tools:
+            return "tools"
+        return str(self.request.settings.get("structured_method") or "default")
 
     # ------------------------------------------------------------------ tools and output
 

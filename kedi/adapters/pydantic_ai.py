@@ -268,7 +268,7 @@ class PydanticAdapter(Adapter):
             frozenset(tool.name for tool in request.tools),
         )
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
-        call.forced = options.forced
+        call.forced, call.mode = options.forced, mode
         history = await call.first_history()
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output, mode).run(
@@ -514,7 +514,8 @@ def _run_options(
         if key in _MODEL_SETTINGS and key not in unsupported
     }
     forced = None
-    if chosen.get("tool_choice") in tool_names:
+    choice = chosen.get("tool_choice")
+    if isinstance(choice, str) and choice in tool_names:
         # Forced on the first request only, by a capability that also carries extra_body.
         forced = _ForceToolFirst(str(chosen.pop("tool_choice")), dict(chosen.pop("extra_body", {})))
     if "extra_body" in defaults and "extra_body" in settings:
@@ -603,6 +604,10 @@ class _Call:
     requests: int = 0
     """Model requests started so far (the processor's `request_index`)."""
     rewrites: int = 0
+    recorded: int = 0
+    """Model requests reported to the transcript so far (the next one's `attempt` - 1)."""
+    mode: str = ""
+    """The call's output mode (`tool`, `native`, `prompted`, `json_object`), for transcripts."""
     forced: _ForceToolFirst | None = None
     """The tool a `tool_choice` setting forces on the run's first request, if any."""
 
@@ -671,6 +676,7 @@ class _Call:
         """Report one model request to the transcript sink."""
         sink = self.request.on_exchange
         assert sink is not None  # only installed with a sink
+        self.recorded += 1
         parts = context.model_request_parameters.instruction_parts or []
         instructions = "\n\n".join(part.content for part in parts if part.content)
         sent = [{"role": "system", "content": instructions}] if instructions else []
@@ -683,6 +689,8 @@ class _Call:
                 response=portable_json(response)[0],
                 output_schema=None if output is None else output.json_schema,
                 tools=tuple(tool.name for tool in self.request.tools),
+                mode=None if output is None else self.mode,
+                attempt=self.recorded,
             )
         )
 
