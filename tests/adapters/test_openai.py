@@ -18,9 +18,9 @@ from pydantic import BaseModel
 
 from kedi.adapters import capability_cache, create_adapter
 from kedi.adapters._openai_wire import retry_after, strict_schema
-from kedi.adapters.endpoint import command_line_options
 from kedi.adapters._sse import sse_payloads
 from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec, Usage
+from kedi.adapters.endpoint import command_line_options
 from kedi.adapters.openai import OpenAIAdapter
 from kedi.errors import (
     AdapterError,
