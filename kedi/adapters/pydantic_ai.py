@@ -513,13 +513,13 @@ def _run_options(
         for key, value in {**defaults, **settings}.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
+    if "extra_body" in defaults and "extra_body" in settings:
+        chosen["extra_body"] = {**defaults["extra_body"], **settings["extra_body"]}
     forced = None
     choice = chosen.get("tool_choice")
     if isinstance(choice, str) and choice in tool_names:
         # Forced on the first request only, by a capability that also carries extra_body.
         forced = _ForceToolFirst(str(chosen.pop("tool_choice")), dict(chosen.pop("extra_body", {})))
-    if "extra_body" in defaults and "extra_body" in settings:
-        chosen["extra_body"] = {**defaults["extra_body"], **settings["extra_body"]}
     stop = settings.get("stop")
     if (
         stop is not None

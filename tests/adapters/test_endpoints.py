@@ -31,6 +31,7 @@ def population(city: str) -> int:
 
 TOOL_PROGRAM = (
     "> use: population\n> settings:\n    tool_choice: population\n    output_mode: json_object\n"
+    '    extra_body: {"repeat_penalty": 1.3}\n'
     ">> How many people live in Paris? [count: int]\n= `count`"
 )
 
@@ -61,8 +62,9 @@ def test_pydantic_forces_a_named_tool_on_the_first_request_only(server: OpenAISe
     first, second = server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == "auto"
-    # The mode's response_format travels with the forced choice, on every request.
+    # The mode's response_format and the call's extra_body travel with the forced choice.
     assert first["response_format"]["type"] == second["response_format"]["type"] == "json_object"
+    assert first["repeat_penalty"] == second["repeat_penalty"] == 1.3
 
 
 def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -184,4 +184,4 @@ def test_the_local_model_example_runs_in_process(local_model: None) -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "local_model.kedi"
     result = kedi.compile(path.read_text(encoding="utf-8"), path=str(path)).run_sync(model="local")
 
-    assert isinstance(result, str) and " days in " in result and "; pack: " in result
+    assert isinstance(result, str) and " days in " in result and ", bags: " in result
