@@ -424,3 +424,42 @@ def retry_after(headers: httpx.Headers) -> float | None:
     if when.tzinfo is None:  # HTTP dates are GMT
         when = when.replace(tzinfo=UTC)
     return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+# --------------------------------------------------------------------------- framework clients
+
+
+def string_content_http_client() -> Any:
+    """An HTTP client for the openai SDK that sends `content: null` on assistant messages as `""`.
+
+    The rule kedi's own wire follows (`_wire_message`), for the frameworks'
+    OpenAI clients (Pydantic AI's chat model, LangChain's ChatOpenAI), which
+    send `null` beside tool calls: llama.cpp's server refuses that with an
+    HTTP 500 on every request whose history holds a tool call. Built on the
+    SDK's own httpx (httpx2 for openai>=3); imports openai when called.
+    """
+    from importlib import import_module
+
+    import openai
+
+    sdk_httpx: Any = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+
+    class StringContent(sdk_httpx.AsyncHTTPTransport):  # type: ignore[misc, name-defined]
+        async def handle_async_request(self, request: Any) -> Any:
+            if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+                body = json.loads(await request.aread())
+                nulls = [
+                    m
+                    for m in body.get("messages", ())
+                    if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None
+                ]
+                if nulls:
+                    for message in nulls:
+                        message["content"] = ""
+                    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+                    request = sdk_httpx.Request(
+                        request.method, request.url, headers=headers, content=json.dumps(body).encode()
+                    )
+            return await super().handle_async_request(request)
+
+    return openai.DefaultAsyncHttpxClient(transport=StringContent())

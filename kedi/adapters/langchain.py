@@ -47,12 +47,11 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import import_module
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from kedi.adapters._openai_wire import count, json_text, provider_error
+from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
 from kedi.adapters._portable import correction_text, tool_result_text, validation_problems
 from kedi.adapters.base import (
     Adapter,
@@ -293,37 +292,11 @@ class _RunModel:
     """
 
     def __init__(self, name: str) -> None:
-        import openai  # only models that take `http_async_client` (ChatOpenAI) get here
-
-        # The SDK's own httpx (httpx2 for openai>=3): its client takes only its transports.
-        sdk_httpx = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
-        transport = _string_content_transport(sdk_httpx)
-        self.client = openai.DefaultAsyncHttpxClient(transport=transport)
+        self.client = string_content_http_client()
         self.model = chat_model_from_name(name, http_async_client=self.client)
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-def _string_content_transport(sdk_httpx: Any) -> Any:
-    """An HTTP transport (of the openai SDK's httpx) that turns `content: null` into `""`."""
-
-    class StringContent(sdk_httpx.AsyncHTTPTransport):  # type: ignore[misc, name-defined]
-        async def handle_async_request(self, request: Any) -> Any:
-            if request.method == "POST" and request.url.path.endswith("/chat/completions"):
-                body = json.loads(await request.aread())
-                messages = [m for m in body.get("messages", ()) if isinstance(m, dict)]
-                nulls = [m for m in messages if m.get("role") == "assistant" and m.get("content") is None]
-                if nulls:
-                    for message in nulls:
-                        message["content"] = ""
-                    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-                    request = sdk_httpx.Request(
-                        request.method, request.url, headers=headers, content=json.dumps(body).encode()
-                    )
-            return await super().handle_async_request(request)
-
-    return StringContent()
 
 
 def _require_asyncio() -> None:

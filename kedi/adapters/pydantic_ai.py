@@ -62,7 +62,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import to_json
 
-from kedi.adapters._openai_wire import count, provider_error
+from kedi.adapters._openai_wire import count, provider_error, string_content_http_client
 from kedi.adapters._portable import tool_result_text
 from kedi.adapters.base import (
     Adapter,
@@ -197,9 +197,12 @@ class PydanticAdapter(Adapter):
             reject_process_history(self.capabilities)
         self.endpoint: str | None = None
         """`POST <url>` of the chat-completions endpoint kedi configured, named in errors."""
+        self._chat_model_at: Callable[[Any], Model] | None = None
+        """Builds the chat model at the configured base URL with a given HTTP client."""
         at_base_url = _model_at_base_url(model) if isinstance(model, str) else None
         if at_base_url is not None:
-            self._model, self.endpoint = at_base_url
+            self._chat_model_at, self.endpoint = at_base_url
+            self._model = self._chat_model_at(None)
         else:
             self._model = _resolve_model(model)
         self.model_name = model if isinstance(model, str) else getattr(self._model, "model_id", "")
@@ -247,18 +250,21 @@ class PydanticAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         assert self._model is not None  # checked above
-        if self.endpoint is None:
-            return await self._run(request)
-        # A model kedi built owns its HTTP client: entered for the run (closed when the
-        # run ends, on the run's own event loop) or for this call outside a run.
+        build = self._chat_model_at
+        if build is None:
+            return await self._run(request, self._model)
+        # A model kedi built gets an HTTP client per run, closed when the run ends (on
+        # the run's own event loop), or per call outside a run.
         run = current_resources()
-        if run is None:
-            async with self._model:
-                return await self._run(request)
-        await run.client(self, lambda: _EnteredModel(self._model)).enter()
-        return await self._run(request)
+        if run is not None:
+            return await self._run(request, run.client(self, lambda: _RunChatModel(build)).model)
+        session = _RunChatModel(build)
+        try:
+            return await self._run(request, session.model)
+        finally:
+            await session.aclose()
 
-    async def _run(self, request: CallRequest) -> CallResult:
+    async def _run(self, request: CallRequest, model: Model) -> CallResult:
         assert self._model is not None  # checked by `request`
         mode = self._call_mode(request)
         options = _run_options(
@@ -273,6 +279,7 @@ class PydanticAdapter(Adapter):
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output, mode).run(
                 request.prompt,
+                model=model,
                 message_history=history,
                 instructions=request.instructions or None,
                 model_settings=options.model_settings,
@@ -364,21 +371,18 @@ def _resolve_model(model: str | Model | None) -> Model | None:
         raise KediConfigError(f"Pydantic AI cannot use model {model!r}: {error}") from None
 
 
-class _EnteredModel:
-    """A model entered (its provider's HTTP client open) until the run's resources close."""
+class _RunChatModel:
+    """The chat model at the base URL with an HTTP client of its own, closed by `aclose`.
 
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.entered = False
+    The client sends `null` assistant content as `""` (`string_content_http_client`).
+    """
 
-    async def enter(self) -> None:
-        if not self.entered:
-            self.entered = True  # before the await: parallel calls of the run enter once
-            await self.model.__aenter__()
+    def __init__(self, build: Callable[[Any], Model]) -> None:
+        self.client = string_content_http_client()
+        self.model = build(self.client)
 
     async def aclose(self) -> None:
-        if self.entered:
-            await self.model.__aexit__(None, None, None)
+        await self.client.aclose()
 
 
 @dataclass
@@ -405,8 +409,9 @@ class _ForceToolFirst(AbstractCapability[Any]):
         return per_step
 
 
-def _model_at_base_url(name: str) -> tuple[Model, str] | None:
-    """The chat-completions model `name` means at the configured base URL, and its endpoint.
+def _model_at_base_url(name: str) -> tuple[Callable[[Any], Model], str] | None:
+    """A builder of the chat-completions model `name` means at the configured base URL
+    (given an HTTP client, or None for the provider's own), and its endpoint.
 
     None without a base URL, or for a name of another provider.
     """
@@ -419,8 +424,12 @@ def _model_at_base_url(name: str) -> tuple[Model, str] | None:
 
     # Local servers need no key, but the openai SDK refuses to start without one.
     key = api_key() or "not-needed"
-    chat = OpenAIChatModel(bare, provider=OpenAIProvider(base_url=base_url, api_key=key))
-    return chat, f"POST {base_url.rstrip('/')}/chat/completions"
+
+    def build(http_client: Any) -> Model:
+        provider = OpenAIProvider(base_url=base_url, api_key=key, http_client=http_client)
+        return OpenAIChatModel(bare, provider=provider)
+
+    return build, f"POST {base_url.rstrip('/')}/chat/completions"
 
 
 def _output_mode(model: Model, mode: OutputMode) -> OutputMode:

@@ -65,6 +65,8 @@ def test_pydantic_forces_a_named_tool_on_the_first_request_only(server: OpenAISe
     # The mode's response_format and the call's extra_body travel with the forced choice.
     assert first["response_format"]["type"] == second["response_format"]["type"] == "json_object"
     assert first["repeat_penalty"] == second["repeat_penalty"] == 1.3
+    [call] = [m for m in second["messages"] if m["role"] == "assistant"]
+    assert call["content"] == "" and call["tool_calls"]  # never null beside tool calls
 
 
 def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
