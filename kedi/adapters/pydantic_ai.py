@@ -387,7 +387,7 @@ class _RunChatModel:
 
 @dataclass
 class _ForceToolFirst(AbstractCapability[Any]):
-    """A `tool_choice` setting naming a function tool: forced on the run's first request only.
+    """A `tool_choice` setting naming a function tool: forced until the run has called it.
 
     Pydantic AI refuses a static choice that names no output tool (the run
     could never end); servers such as llama.cpp ignore `required` but honour
@@ -400,13 +400,22 @@ class _ForceToolFirst(AbstractCapability[Any]):
 
     def get_model_settings(self) -> Any:
         def per_step(ctx: RunContext[Any]) -> ModelSettings:
-            if ctx.run_step > 1:
+            if self._called(ctx):
                 return ModelSettings(extra_body=self.extra_body) if self.extra_body else ModelSettings()
             # In the body: Pydantic AI sends a one-function choice as `required`.
             choice = {"type": "function", "function": {"name": self.tool}}
             return ModelSettings(extra_body={**self.extra_body, "tool_choice": choice})
 
         return per_step
+
+    def _called(self, ctx: RunContext[Any]) -> bool:
+        """Whether this run has already had a result of the tool (a call with bad arguments has none)."""
+        return any(
+            isinstance(part, ToolReturnPart) and part.tool_name == self.tool
+            for message in ctx.messages
+            if isinstance(message, ModelRequest) and message.run_id == ctx.run_id
+            for part in message.parts
+        )
 
 
 def _model_at_base_url(name: str) -> tuple[Callable[[Any], Model], str] | None:

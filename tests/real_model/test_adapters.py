@@ -110,7 +110,15 @@ def test_a_second_turn_carries_the_first(target: dict[str, Any]) -> None:
     assert any(m.get("role") == "assistant" for m in sent[sent.index(prompts[0]) :])
 
 
-def test_a_tool_named_by_use_is_called_and_its_result_sent_back(target: dict[str, Any]) -> None:
+def test_a_tool_named_by_use_is_called_and_its_result_sent_back(
+    target: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    if target.get("adapter") == "pydantic":
+        # Seen on SmolLM2-135M: under Pydantic AI's prompt the forced call's `city`
+        # string runs on to max_tokens (invalid arguments), and Pydantic AI's retry
+        # request is sent without the forced choice, so the model answers without
+        # the tool. The forcing itself is tested in tests/adapters/test_endpoints.py.
+        request.applymarker(pytest.mark.xfail(reason="Pydantic AI retry drops the forced tool", strict=False))
     calls: list[str] = []
 
     def population(city: str) -> int:
