@@ -1217,3 +1217,19 @@ async def test_transcript_lines_carry_mode_attempt_and_failures_without_the_key(
     assert "n: Input should be a valid integer" in lines[1]["error"]
     assert "error" not in lines[2]
     assert KEY not in path.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_tool_choice_naming_a_tool_forces_it_until_it_was_called(server: OpenAIServer) -> None:
+    seen: list[Mapping[str, Any]] = []
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "get_weather", '{"city": "Paris"}')])),
+        Reply(body=completion(CITY_JSON)),
+    )
+    request = call(output=CITY, tools=(weather_tool(seen),), settings={"tool_choice": "get_weather"})
+    result = await make(server, structured_mode="json_object").request(request)
+
+    assert result.value == CITY_VALUE and seen == [{"city": "Paris"}]
+    first, second = server.bodies
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert "tool_choice" not in second  # the model may answer now
