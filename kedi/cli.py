@@ -29,7 +29,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history", "serve-local")
 EXIT_OUTPUT_FAILED = 74
 """The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
 _OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
@@ -184,6 +184,9 @@ def main() -> None:
 @click.option("--replay", metavar="SESSION", help="Serve every model call from the session's last run.")
 @click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
 @click.option("-v", "--verbose", count=True, help="Log tool failures and retries (-vv: debug).")
+@click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).")
+@click.option("--api-key-env", metavar="NAME", help="Read the API key from environment variable NAME (default OPENAI_API_KEY).")
+@click.option("--structured-mode", type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]), help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, the structured_mode setting, auto).")
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -216,8 +219,12 @@ def _run(
     parallel: str | None,
     quiet: bool,
     stream: bool,
+    base_url: str | None,
+    api_key_env: str | None,
+    structured_mode: str | None,
     **session_options: Any,
 ) -> None:
+    from kedi.adapters.endpoint import command_line_options
     from kedi.cli_history import SessionOptions, run_session
     from kedi.cli_options import (
         check_default_model,
@@ -235,6 +242,9 @@ def _run(
     refused = unknown_option_error(given, read, path)
     if refused is not None:
         raise click.UsageError(refused)
+    endpoint = command_line_options(
+        base_url=base_url, api_key_env=api_key_env, structured_mode=structured_mode
+    )
     stored = None
     try:
         workers = parse_parallel(parallel)
@@ -242,17 +252,18 @@ def _run(
         check_default_model(adapter, model)
         stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
         try:
-            result = program.run_sync(
-                args=given,
-                adapter=adapter,
-                model=model,
-                transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
-                parallel=workers,
-                quiet=quiet,
-                on_delta=_stderr_text if stream else None,
-                conversation=conversation,
-                recorder=stored and stored.recorder,
-            )
+            with endpoint:
+                result = program.run_sync(
+                    args=given,
+                    adapter=adapter,
+                    model=model,
+                    transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
+                    parallel=workers,
+                    quiet=quiet,
+                    on_delta=_stderr_text if stream else None,
+                    conversation=conversation,
+                    recorder=stored and stored.recorder,
+                )
         except BaseException as error:
             hint = stored.finish(error) if stored is not None else ""
             if isinstance(error, KediError):
@@ -449,3 +460,17 @@ class _HistoryGroup(click.Group):
 @main.group(cls=_HistoryGroup)
 def history() -> None:
     """List, show, compare, export and clean up stored sessions (KEDI_HISTORY)."""
+
+
+@main.command("serve-local")
+@click.option("--port", type=int, default=8765, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--model-path", metavar="GGUF", help="GGUF model file (default: the model kedi[local] installs).")
+def serve_local(port: int, host: str, model_path: str | None) -> None:
+    """Serve the local model over an OpenAI-compatible API (llama.cpp), until interrupted."""
+    from kedi.cli_local import serve_local as serve
+
+    try:
+        serve(host=host, port=port, model_path=model_path)
+    except KediError as error:
+        _fail(error)

@@ -32,8 +32,26 @@ PYDANTIC_AI_SETTINGS = frozenset(
 COMMON_SETTINGS = PYDANTIC_AI_SETTINGS | {"stop"}
 """What every built-in adapter accepts (`stop` is the OpenAI spelling of `stop_sequences`)."""
 
-KEDI_SETTINGS = frozenset({"output_retries", "tool_retries", "request_limit", "max_retries"})
-"""kedi's own retry and request limits."""
+KEDI_SETTINGS = frozenset(
+    {
+        "output_retries",
+        "tool_retries",
+        "request_limit",
+        "max_retries",
+        "max_reply_bytes",
+        # structured-output choices: the openai and local adapters' mode,
+        # Pydantic AI's output mode, LangChain's with_structured_output method
+        "structured_mode",
+        "output_mode",
+        "structured_method",
+        # Pydantic AI's OpenAI Responses continuation (on by default where supported)
+        "openai_previous_response_id",
+    }
+)
+"""kedi's own retry, request and reply limits, and its structured-output choices."""
+
+LLAMA_CPP_SETTINGS = frozenset({"repeat_penalty", "top_k", "min_p"})
+"""llama.cpp sampling (the local adapter)."""
 
 DSPY_SETTINGS = frozenset(
     {
@@ -65,7 +83,7 @@ CLAUDE_SETTINGS = frozenset(
     }
 )
 
-SETTING_NAMES = COMMON_SETTINGS | KEDI_SETTINGS | DSPY_SETTINGS | CODEX_SETTINGS | CLAUDE_SETTINGS
+SETTING_NAMES = COMMON_SETTINGS | KEDI_SETTINGS | LLAMA_CPP_SETTINGS | DSPY_SETTINGS | CODEX_SETTINGS | CLAUDE_SETTINGS
 """Every key `> settings:` accepts: the union over all adapters.
 
 A key that a given backend does not use is filtered out at the adapter
@@ -73,7 +91,7 @@ boundary, so the checker only rejects keys that no adapter knows.
 """
 
 TRANSPORT_SETTINGS = frozenset(
-    {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit"}
+    {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit", "max_reply_bytes"}
 )
 """Settings that change how a request travels, not what the model sees or says.
 

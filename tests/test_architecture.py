@@ -148,6 +148,7 @@ LAYERS = (
     Layer("kedi.cli_history_io", _ANYTHING),
     Layer("kedi.cli_output", _ANYTHING),
     Layer("kedi.cli_options", _ANYTHING),
+    Layer("kedi.cli_local", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),
@@ -199,6 +200,7 @@ def test_runtime_imports_no_concrete_adapter() -> None:
         "kedi.adapters.openai",
         "kedi.adapters.pydantic_ai",
         "kedi.adapters.langchain",
+        "kedi.adapters.local",
     }
     bad = [
         str(edge)
@@ -486,7 +488,7 @@ def _type_checks(module: str) -> Iterator[tuple[int, set[str]]]:
 
 def test_no_type_checks_on_concrete_adapters_outside_adapters() -> None:
     """G12: code outside `kedi/adapters/` reads `profile` flags, never the adapter's class."""
-    assert len(CONCRETE_ADAPTERS) == len(ADAPTERS) == 5
+    assert len(CONCRETE_ADAPTERS) == len(ADAPTERS) == 6
     outside = [m for m in MODULES if not _within(m, "kedi.adapters")]
     checks = [(m, line, names) for m in outside for line, names in _type_checks(m)]
     assert any("Adapter" in names for _, _, names in checks), (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
+from typing import Any
 
 from kedi.adapters.base import (
     Adapter,
@@ -47,6 +48,7 @@ ADAPTERS: dict[str, str] = {
     "openai": "kedi.adapters.openai:OpenAIAdapter",
     "pydantic": "kedi.adapters.pydantic_ai:PydanticAdapter",
     "langchain": "kedi.adapters.langchain:LangChainAdapter",
+    "local": "kedi.adapters.local:LocalAdapter",
 }
 """Short name -> `module:Class`, imported lazily."""
 
@@ -76,7 +78,9 @@ def create_adapter(adapter: Any, model: Any) -> Adapter:
     None. An instance built without a model takes `model` (`Adapter.with_model`);
     a model object with no adapter selects its framework's adapter. `offline`
     and `script:PATH` models select their offline adapters whatever the
-    adapter name; with neither name the offline model is used.
+    adapter name, and `local[:GGUF]` the in-process llama.cpp one unless
+    another adapter is named (then `local` is a model name, as
+    `kedi serve-local` serves it); with neither name the offline model is used.
     """
     if isinstance(adapter, Adapter):
         return adapter.with_model(model)
@@ -92,6 +96,8 @@ def create_adapter(adapter: Any, model: Any) -> Adapter:
         return framework_adapter(model)  # type: ignore[no-any-return]
     if model is not None and model.startswith("script:"):
         return _build("script", model[len("script:") :])
+    if adapter in (None, "local") and model is not None and model.split(":")[0] == "local":
+        return _build("local", model)
     if model == "offline" or adapter == "offline" or (adapter is None and model is None):
         return _build("offline") if model in (None, "offline") else _build("offline", model)
     return _build(adapter or DEFAULT_ADAPTER, model)

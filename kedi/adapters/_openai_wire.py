@@ -192,9 +192,10 @@ def wire_messages(messages: Sequence[Message]) -> list[JSONDict]:
 
 def _wire_message(message: Message) -> JSONDict:
     if message.role == "assistant":
-        # The wire wants `null` content beside tool calls, and a string otherwise.
-        content = message.content or (None if message.tool_calls else "")
-        wire: JSONDict = {"role": "assistant", "content": content}
+        # Always a string, `""` beside tool calls: OpenAI and the openai SDK's
+        # types accept `""` or `null` there, but llama.cpp's server rejects
+        # `null` (HTTP 500 on the next request), so one rule serves every server.
+        wire: JSONDict = {"role": "assistant", "content": message.content}
         if message.tool_calls:
             wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
         return wire
@@ -238,6 +239,16 @@ def function_tool(
     if strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+def json_object_format(schema: JSONDict) -> JSONDict:
+    """The `response_format` of `json_object` mode: JSON, with the schema where a server takes it.
+
+    llama.cpp (and servers built on it) constrain decoding to `schema`; others
+    ignore the extra field or reject it, which `auto` mode treats as a shape
+    rejection like any other.
+    """
+    return {"type": "json_object", "schema": schema}
 
 
 def response_format(name: str, schema: JSONDict, strict: bool) -> JSONDict:
@@ -379,6 +390,34 @@ def error_fields(data: Any) -> tuple[str, str]:
     return code, str(message) if message else json.dumps(error)[:500]
 
 
+_SHAPE_FIELD = re.compile(r"\b(response_format|json_schema|json_object|tool_choice|tools|functions)\b")
+"""Request fields whose rejection means the structured-output *shape* was refused."""
+
+
+def rejects_shape(status: int, data: Any, noise: Sequence[str]) -> bool:
+    """Whether an error reply refuses the request's shape (its structured-output fields).
+
+    Decided from the status and the JSON body only: 400, 404, 422 or a 5xx
+    whose `param` or `code` names a shape field (`response_format`, `tools`,
+    `tool_choice`, ...), or whose body mentions one once the `noise` (the base
+    URL, the model name) is removed, so a model called `x-tool-use` or a URL
+    path never counts. llama.cpp's server answers an unsupported
+    `response_format` with a 500 that names it.
+    """
+    if status not in (400, 404, 422) and status < 500:
+        return False
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        for key in ("param", "code"):
+            value = error.get(key)
+            if isinstance(value, str) and _SHAPE_FIELD.search(value.replace(".", " ")):
+                return True
+    text = json.dumps(data, ensure_ascii=False) if not isinstance(data, str) else data
+    for word in sorted(filter(None, noise), key=len, reverse=True):
+        text = text.replace(word, " ")
+    return _SHAPE_FIELD.search(text) is not None
+
+
 def provider_error(status: int, code: str, detail: str, where: str) -> ProviderError:
     """The kedi error for an HTTP error reply; `detail` is the provider's message."""
     retryable = status in RETRYABLE_STATUSES or status >= 500
@@ -436,3 +475,42 @@ def retry_after(headers: httpx.Headers) -> float | None:
         when = when.replace(tzinfo=UTC)
     wait = (when - datetime.now(UTC)).total_seconds()
     return wait if wait >= 0 else None
+
+
+# --------------------------------------------------------------------------- framework clients
+
+
+def string_content_http_client() -> Any:
+    """An HTTP client for the openai SDK that sends `content: null` on assistant messages as `""`.
+
+    The rule kedi's own wire follows (`_wire_message`), for the frameworks'
+    OpenAI clients (Pydantic AI's chat model, LangChain's ChatOpenAI), which
+    send `null` beside tool calls: llama.cpp's server refuses that with an
+    HTTP 500 on every request whose history holds a tool call. Built on the
+    SDK's own httpx (httpx2 for openai>=3); imports openai when called.
+    """
+    from importlib import import_module
+
+    import openai
+
+    sdk_httpx: Any = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+
+    class StringContent(sdk_httpx.AsyncHTTPTransport):  # type: ignore[misc, name-defined]
+        async def handle_async_request(self, request: Any) -> Any:
+            if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+                body = json.loads(await request.aread())
+                nulls = [
+                    m
+                    for m in body.get("messages", ())
+                    if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None
+                ]
+                if nulls:
+                    for message in nulls:
+                        message["content"] = ""
+                    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+                    request = sdk_httpx.Request(
+                        request.method, request.url, headers=headers, content=json.dumps(body).encode()
+                    )
+            return await super().handle_async_request(request)
+
+    return openai.DefaultAsyncHttpxClient(transport=StringContent())

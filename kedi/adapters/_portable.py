@@ -111,19 +111,45 @@ class PortableTurn:
         sent = self.messages
         self.usage += Usage(input_tokens=estimate_tokens(sent), requests=1)
         if self.request.on_exchange is not None:
-            output = self.request.output
-            self.request.on_exchange(
-                Exchange(
-                    messages=tuple(m.to_json_dict() for m in sent),
-                    response=response,
-                    output_schema=output.json_schema if output is not None else None,
-                    tools=tuple(tool.name for tool in self.request.tools),
-                )
-            )
+            self.report(tuple(m.to_json_dict() for m in sent), response)
 
-    def respond(self, reply: Message) -> None:
-        """Record a model request whose answer is `reply`, then add the reply to the turn."""
-        self.record(reply.to_json_dict())
+    def sent_json(self) -> tuple[JSONDict, ...]:
+        """What the next model request sends, as C1 JSON (for a transcript line)."""
+        return tuple(m.to_json_dict() for m in self.messages)
+
+    def report(
+        self,
+        sent: tuple[JSONDict, ...],
+        response: Any,
+        *,
+        mode: str | None = None,
+        attempt: int = 1,
+        failed: bool = False,
+        error: str | None = None,
+    ) -> None:
+        """Report one model request (`sent` as C1 JSON) to the transcript sink, if any."""
+        if self.request.on_exchange is None:
+            return
+        output = self.request.output
+        self.request.on_exchange(
+            Exchange(
+                messages=sent,
+                response=response,
+                output_schema=output.json_schema if output is not None else None,
+                tools=tuple(tool.name for tool in self.request.tools),
+                mode=mode,
+                attempt=attempt,
+                failed=failed,
+                error=error,
+            )
+        )
+
+    def respond(self, reply: Message, *, report: bool = True) -> None:
+        """Count a model request whose answer is `reply`, report it unless told not to, add the reply."""
+        if report:
+            self.record(reply.to_json_dict())
+        else:
+            self.usage += Usage(input_tokens=estimate_tokens(self.messages), requests=1)
         self.usage += Usage(output_tokens=estimate_tokens([reply]))
         self.added.append(reply)
 

@@ -104,6 +104,14 @@ class Exchange:
     response: Any
     output_schema: JSONDict | None = None
     tools: tuple[str, ...] = ()
+    mode: str | None = None
+    """The structured-output mode the request used (`json_schema`, `tool`, ...), if any."""
+    attempt: int = 1
+    """The request's number within its call, failed requests included."""
+    failed: bool = False
+    """The request failed (an HTTP error) or its reply did not validate."""
+    error: str | None = None
+    """Why it failed (never holding a secret)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,10 @@
 """The LangChain adapter: native `BaseMessage` lanes over any LangChain chat model.
 
-`LangChainAdapter(chat_model)` takes any `BaseChatModel` and owns the whole
-call, so the lane gets exactly what was sent and answered:
+`LangChainAdapter(chat_model)` takes any `BaseChatModel`, or a model name
+that LangChain's `init_chat_model` resolves (`"openai:gpt-4o-mini"`, which
+is how `kedi run --adapter langchain --model NAME` builds it; see
+`chat_model_from_name`), and owns the whole call, so the lane gets exactly
+what was sent and answered:
 
 - **Requests**: a leading `SystemMessage` with the call's instructions (never
   stored), then the lane history without its system messages, then the turn so
@@ -12,7 +15,9 @@ call, so the lane gets exactly what was sent and answered:
   answers without tool calls; at most `max_rounds` model requests per call.
 - **Structured output**: without tools, `with_structured_output(model,
   include_raw=True)` (so each chat model uses its own method: a forced tool,
-  or a JSON response format); with tools, the output schema is bound as one
+  or a JSON response format; the `structured_method` setting chooses one,
+  e.g. `function_calling` for llama.cpp, which refuses ChatOpenAI's default
+  `json_schema`); with tools, the output schema is bound as one
   more tool and the model is asked to call some tool every round (a forced
   single schema tool would leave it unable to use the call's tools). kedi
   validates the raw reply itself, with the JSON rules of `request.output`. A
@@ -46,7 +51,7 @@ from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
 
-from kedi.adapters._openai_wire import count, json_text, provider_error
+from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
 from kedi.adapters._portable import correction_text, tool_result_text, validation_problems
 from kedi.adapters.base import (
     Adapter,
@@ -58,6 +63,8 @@ from kedi.adapters.base import (
     OutputSpec,
     Usage,
 )
+from kedi.adapters.endpoint import api_key, configured_base_url
+from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -135,7 +142,9 @@ class LangChainAdapter(Adapter):
         history=True,
         offline=False,
         message_format="langchain",
-        settings=frozenset({*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort"}),
+        settings=frozenset(
+            {*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort", "structured_method"}
+        ),
     )
 
     def __init__(
@@ -149,15 +158,22 @@ class LangChainAdapter(Adapter):
     ) -> None:
         """Wrap `chat_model` (a chat model object, a model name, or None to take the program's).
 
-        A name goes through `chat_model_from_name` (LangChain's
-        `init_chat_model`). Raises `KediConfigError` on a bad argument.
+        A name goes through `chat_model_from_name` (LangChain's `init_chat_model`),
+        and such a model gets an HTTP client of its own per run. Raises
+        `KediConfigError` on a bad argument.
         """
+        self._name: str | None = None
+        """The model's name when kedi builds it (then each run gets a copy with its own client)."""
         if isinstance(chat_model, str):
+            self._name = chat_model
             chat_model = chat_model_from_name(chat_model)
+            if "http_async_client" not in type(chat_model).model_fields:
+                self._name = None  # a provider without a client to give: use the model as it is
         if chat_model is not None and not isinstance(chat_model, BaseChatModel):
             raise KediConfigError(
-                "the langchain adapter needs a LangChain chat model object or a model name, not "
-                f"{type(chat_model).__name__}; e.g. run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
+                "the langchain adapter needs a model name (`--model openai:gpt-4o-mini`) or a "
+                f"LangChain chat model object, not {type(chat_model).__name__}, e.g. "
+                "run(adapter=LangChainAdapter(ChatOpenAI(model=...)))"
             )
         self.chat_model = chat_model
         self.history_processor = history_processor
@@ -243,7 +259,20 @@ class LangChainAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         processor = chain_processors(self.history_processor, request.history_processor)
-        return await _Turn(self, request, processor).run()
+        if self._name is None:
+            return await _Turn(self, request, processor, self.chat_model).run()
+        # LangChain caches one HTTP client per process, whose connections belong to the
+        # event loop of the run that opened them; a model kedi built gets a client of its
+        # own per run, closed when the run ends (or after the call, outside a run).
+        run = current_resources()
+        if run is not None:
+            model = run.client(self, lambda: _RunModel(self._name or "")).model
+            return await _Turn(self, request, processor, model).run()
+        session = _RunModel(self._name)
+        try:
+            return await _Turn(self, request, processor, session.model).run()
+        finally:
+            await session.aclose()
 
     def dump_messages(self, messages: Sequence[Any]) -> list[Any]:
         """Serialize `BaseMessage`s with `messages_to_dict`."""
@@ -259,6 +288,62 @@ class LangChainAdapter(Adapter):
             ) from None
 
 
+def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
+    """The chat model LangChain's `init_chat_model` builds for `name` (`"openai:gpt-4o-mini"`).
+
+    `settings` go to the chat model's constructor. With a base URL configured
+    (`--base-url`, `KEDI_BASE_URL`, `OPENAI_BASE_URL`; `kedi.adapters.endpoint`)
+    an `openai:` or provider-less name is a `ChatOpenAI` at that URL, with the
+    configured key (a placeholder when there is none: local servers need no
+    key, but ChatOpenAI refuses to start without one).
+
+    Raises:
+        ExtraNotInstalledError: `langchain` (or the provider's package) is missing.
+        KediConfigError: LangChain cannot build a model of that name.
+    """
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise ExtraNotInstalledError("langchain", "langchain") from None
+    provider, _, bare = name.rpartition(":")
+    base_url = configured_base_url()
+    if base_url is not None and provider in ("", "openai"):
+        name = bare
+        settings.setdefault("model_provider", "openai")
+        settings.setdefault("base_url", base_url)
+        settings.setdefault("api_key", api_key() or "not-needed")
+    elif provider == "openai" and "api_key" not in settings and api_key():
+        settings["api_key"] = api_key()
+    try:
+        model: BaseChatModel = init_chat_model(name, **settings)
+    except ImportError as error:
+        package = getattr(error, "name", None) or "the provider's package"
+        raise KediConfigError(
+            f"LangChain needs {package} for model {name!r}: pip install \"kedi[langchain]\" "
+            f"(and the provider's langchain-* package): {error}"
+        ) from None
+    except Exception as error:  # the provider's own checks (a missing key, a bad name) vary
+        raise KediConfigError(f"LangChain cannot build a chat model for {name!r}: {error}") from None
+    return model
+
+
+class _RunModel:
+    """A chat model built by name with an HTTP client of its own, closed by `aclose`.
+
+    The client sends an assistant message's missing content as `""`, the rule
+    kedi's own `openai` adapter follows: ChatOpenAI sends `null` beside tool
+    calls, which llama.cpp's server refuses (HTTP 500 on every request whose
+    history holds a structured-output or tool call).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.client = string_content_http_client()
+        self.model = chat_model_from_name(name, http_async_client=self.client)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 def _require_asyncio() -> None:
     # LangChain's async methods need an asyncio event loop; under trio they fail
     # with an obscure error from inside the chat model, so say what is wrong up front.
@@ -269,27 +354,6 @@ def _require_asyncio() -> None:
             "the langchain adapter runs only on asyncio (LangChain does not support trio); "
             'use anyio.run(..., backend="asyncio")'
         ) from None
-
-
-def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
-    """A LangChain chat model for `provider:model` (or a bare model name), via `init_chat_model`.
-
-    `init_chat_model` lives in the `langchain` package and needs the
-    provider's integration package (`langchain-openai`, ...); a missing one is
-    a `KediConfigError` naming what to install.
-    """
-    try:
-        from langchain.chat_models import init_chat_model
-    except ImportError:
-        raise KediConfigError(
-            f"LangChain model {name!r} is named, so kedi needs LangChain's init_chat_model: "
-            'pip install "langchain>=1,<2" (or pass a chat model object instead of a name)'
-        ) from None
-    try:
-        model: BaseChatModel = init_chat_model(name, **settings)
-    except Exception as error:  # init_chat_model raises the provider SDK's own errors
-        raise KediConfigError(f"LangChain cannot build chat model {name!r}: {error}") from None
-    return model
 
 
 def _model_name(chat_model: BaseChatModel) -> str:
@@ -365,6 +429,7 @@ class _Turn:
     adapter: LangChainAdapter
     request: CallRequest
     processor: Callable[..., Any] | None
+    chat_model: BaseChatModel
     history: list[BaseMessage] = field(default_factory=list)
     turn: list[BaseMessage] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -382,10 +447,9 @@ class _Turn:
 
     async def run(self) -> CallResult:
         """The loop: ask, run tools or decode the output, until done or out of rounds."""
-        runnable = self._runnable()
         spec = self.request.output
         for _ in range(self.adapter.max_rounds):
-            reply = await self._ask(runnable)
+            reply = await self._ask(self._runnable())
             if spec is not None:
                 done, value = await self._structured(reply, spec)
                 if done:
@@ -401,18 +465,20 @@ class _Turn:
         )
 
     def _runnable(self) -> Runnable[Any, Any]:
-        assert self.adapter.chat_model is not None  # `check` refuses an adapter without one
-        model = _configured(self.adapter.chat_model, self.request.settings)
+        model = _configured(self.chat_model, self.request.settings)
         spec = self.request.output
         tools = [
             _function(tool.name, tool.description, tool.parameters) for tool in self.request.tools
         ]
         if spec is not None and not tools:
-            return model.with_structured_output(spec.model, include_raw=True)
+            method = self.request.settings.get("structured_method")
+            if method is None:
+                return model.with_structured_output(spec.model, include_raw=True)
+            return model.with_structured_output(spec.model, include_raw=True, method=method)
         if spec is not None:
             return model.bind_tools(
                 [*tools, _function(spec.name, "The final answer.", spec.json_schema)],
-                tool_choice="any",
+                tool_choice=self._structured_choice(spec),
             )
         if tools:
             options = {
@@ -422,6 +488,19 @@ class _Turn:
             }
             return model.bind_tools(tools, **options)
         return model
+
+    def _structured_choice(self, spec: OutputSpec) -> str:
+        """`tool_choice` of a structured call with tools: some tool, or a named one.
+
+        A `tool_choice` setting naming one of the call's tools forces it until
+        the turn has called it, then the answer (the schema tool) is forced:
+        servers such as llama.cpp ignore `any`/`required` but honour a name.
+        """
+        named = self.request.settings.get("tool_choice")
+        if named not in {tool.name for tool in self.request.tools}:
+            return "any"
+        called = any(isinstance(m, ToolMessage) and m.name == named for m in self.turn)
+        return spec.name if called else str(named)
 
     def _result(self, value: Any) -> CallResult:
         return CallResult(
@@ -510,8 +589,17 @@ class _Turn:
                 response=portable_json(reply),
                 output_schema=None if output is None else output.json_schema,
                 tools=tuple(tool.name for tool in self.request.tools),
+                mode=None if output is None else self.mode,
+                attempt=self.usage.requests,
             )
         )
+
+    @property
+    def mode(self) -> str:
+        """How the call asks for structured output: the `structured_method`, `tools`, or `default`."""
+        if self.request.tools:
+            return "tools"
+        return str(self.request.settings.get("structured_method") or "default")
 
     # ------------------------------------------------------------------ tools and output
 

@@ -2,23 +2,34 @@
 
 Lanes hold kedi's portable `Message`s; each model request turns them into
 wire messages (`POST {base_url}/chat/completions`, see `_openai_wire`).
-Configuration comes from the constructor, else the environment
-(`OPENAI_BASE_URL`, `OPENAI_API_KEY`); without a key no `Authorization` header
-is sent (local servers need none). The key goes only into that header: it is
+Configuration comes from the constructor, else the command line and the
+environment (`--base-url`, `KEDI_BASE_URL`, `OPENAI_BASE_URL`, the key from
+`OPENAI_API_KEY` or the variable `--api-key-env` names; see
+`kedi.adapters.endpoint`); without a key no `Authorization` header is sent
+(local servers need none). The key goes only into that header: it is
 never logged and is masked in every error message (a server may echo it).
 
-Structured output (`structured_mode`):
+Structured output (`structured_mode`: `--structured-mode` or
+`KEDI_STRUCTURED_MODE`, else the call's `structured_mode` setting, else the
+constructor's, else `auto`):
 
 - `json_schema`: `response_format` json_schema, strict when the schema has a
   strict form; the reply's content (the JSON text) is the final assistant message.
+- `json_object`: `response_format` `{"type": "json_object", "schema": ...}`
+  (llama.cpp constrains decoding to the schema; OpenAI wants JSON mentioned
+  in the messages), and the schema in the instructions, as in `prompted`.
 - `tool`: a forced function tool (`final_result`, or `final_result_` if a tool
   of the call has that name). Its call is closed with a tool result before
   the turn commits, so the lane stays pair-valid.
 - `prompted`: the schema goes into the instructions; the JSON is taken from
   the reply's text (a Markdown fence around it is accepted).
-- `auto` (the default): `json_schema` when the schema has a strict form, else
-  `tool`; a 400 that rejects `response_format` (or tools) moves the call, and
-  later calls to the same model, one step down that list.
+- `auto` (the default): starts with `json_schema` when the schema has a
+  strict form, else `tool`, and steps down `json_schema` → `json_object` →
+  `tool` → `prompted` when the server rejects the request's shape
+  (`_openai_wire.rejects_shape`: decided from the status and the JSON body,
+  never retried as transient). The mode that worked after a step-down is
+  remembered per (base URL, model), for the process and on disk
+  (`kedi.adapters.capability_cache`), so later calls and runs start there.
 
 Every structured reply is validated against the call's `OutputSpec`; a reply
 that fails is sent back with the errors (a user message, or a failed result of
@@ -51,19 +62,19 @@ an adapter awaited outside a run opens a client per call.
 from __future__ import annotations
 
 import json
-import os
 import random
 import ssl
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal
 
 import anyio
 import httpx
 from pydantic import ValidationError
 
+from kedi.adapters import capability_cache, endpoint
 from kedi.adapters._openai_wire import (
     DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
@@ -74,8 +85,10 @@ from kedi.adapters._openai_wire import (
     count,
     error_fields,
     function_tool,
+    json_object_format,
     json_text,
     provider_error,
+    rejects_shape,
     reply_usage,
     response_format,
     retry_after,
@@ -99,10 +112,16 @@ from kedi.adapters.base import (
     OutputSpec,
     Usage,
 )
+from kedi.adapters.endpoint import (
+    check_structured_mode,
+    configured_base_url,
+    forced_structured_mode,
+)
 from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     KediConfigError,
+    ModelNotFoundError,
     OutputValidationError,
     ProviderError,
 )
@@ -110,7 +129,7 @@ from kedi.history import Message, ToolCall, join_instructions
 from kedi.redaction import logger, redact_text, remember_secret, secret_values
 from kedi.settings import COMMON_SETTINGS
 
-StructuredMode = Literal["auto", "json_schema", "tool", "prompted"]
+StructuredMode = Literal["auto", "json_schema", "json_object", "tool", "prompted"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 600.0
@@ -128,9 +147,8 @@ _PROMPTED = (
     "Always respond with a JSON object that's compatible with this schema:\n\n{schema}\n\n"
     "Don't include any text or Markdown fencing before or after."
 )
-# What a 400 mentions when a server rejects a structured-output mode (auto steps down).
-_REJECTS = {"json_schema": ("response_format", "json_schema"), "tool": ("tool",)}
-_NEXT_MODE: dict[str, StructuredMode] = {"json_schema": "tool", "tool": "prompted"}
+_STEPS: tuple[StructuredMode, ...] = ("json_schema", "json_object", "tool", "prompted")
+"""Auto mode's structured modes, best first: a shape rejection moves a call one step on."""
 
 
 class OpenAIAdapter(Adapter):
@@ -151,6 +169,7 @@ class OpenAIAdapter(Adapter):
             "max_reply_bytes",
             "effort",
             "reasoning_effort",
+            "structured_mode",
         },
     )
 
@@ -173,25 +192,18 @@ class OpenAIAdapter(Adapter):
                 "the openai adapter needs a model: pass --model, use `> model:`, "
                 "or OpenAIAdapter(model=...)"
             )
-        if structured_mode not in get_args(StructuredMode):
-            modes = ", ".join(get_args(StructuredMode))
-            raise KediConfigError(
-                f"unknown structured_mode {structured_mode!r}; use one of {modes}"
-            )
+        check_structured_mode(structured_mode, "structured_mode")
         self.model_name = model
-        self.base_url = _base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self._api_key = _clean_key(
-            api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        )
+        self.base_url = _base_url(base_url or configured_base_url() or DEFAULT_BASE_URL)
+        self._api_key = _clean_key(api_key if api_key is not None else endpoint.api_key())
         self.structured_mode: StructuredMode = structured_mode
+        self._forced_mode = forced_structured_mode()
         self.stream = stream
         self.max_retries = count("max_retries", max_retries, 0)
         self.timeout = seconds("timeout", timeout)
         self.max_reply_bytes = count("max_reply_bytes", max_reply_bytes, 1)
         self.history_processor = history_processor
         self._transport = transport
-        # Auto mode's structured mode per model, once a server rejected a better one.
-        self._auto_modes: dict[str, StructuredMode] = {}
 
     def __repr__(self) -> str:
         return redact_text(f"OpenAIAdapter(model={self.model_name!r}, base_url={self.base_url!r})")
@@ -216,8 +228,14 @@ class OpenAIAdapter(Adapter):
         """Exchange requests and replies until the call has its result."""
         while True:
             reply = await self._complete(client, call)
-            value = await call.handle(reply)
+            try:
+                value = await call.handle(reply)
+            except OutputValidationError as error:
+                call.report_reply(error.message)
+                raise
+            call.report_reply(call.take_rejection())
             if value is not _CONTINUE:
+                self._remember(call)
                 return call.result(value)
 
     # ------------------------------------------------------------------ structured output
@@ -227,27 +245,35 @@ class OpenAIAdapter(Adapter):
         if spec is None:
             return None
         strict = strict_schema(spec.json_schema)
-        mode = self.structured_mode
-        if mode == "auto":
-            default: StructuredMode = "json_schema" if strict is not None else "tool"
-            mode = self._auto_modes.get(self.model_name, default)
+        setting = request.settings.get("structured_mode")
+        if setting is not None:
+            check_structured_mode(setting, "the structured_mode setting")
+        mode: StructuredMode = self._forced_mode or setting or self.structured_mode  # type: ignore[assignment]
+        auto = mode == "auto"
+        if auto:
+            # The schema's best mode, unless this server is known to need a lower one.
+            best = _STEPS.index("json_schema" if strict is not None else "tool")
+            known = capability_cache.remembered_mode(self.base_url, self.model_name)
+            mode = _STEPS[max(best, _STEPS.index(known) if known in _STEPS else 0)]
         taken = {tool.name for tool in request.tools}
         name = OUTPUT_TOOL
         while name in taken:
             name += "_"
-        return _Plan(spec, mode, self.structured_mode == "auto", name, strict)
+        return _Plan(spec, mode, auto, name, strict, start=mode)
 
-    def _step_down(self, call: _Call, error: ProviderError) -> bool:
-        """In auto mode, move to the next structured mode if `error` rejected this one."""
+    def _step_down(self, call: _Call) -> bool:
+        """In auto mode, move the call to the next structured mode; False at the last one."""
         plan = call.plan
-        if plan is None or not plan.auto or plan.mode not in _NEXT_MODE:
+        if plan is None or not plan.auto or plan.mode == _STEPS[-1]:
             return False
-        if type(error) is not ProviderError or error.status not in (400, 422):
-            return False
-        if not any(marker in error.message.lower() for marker in _REJECTS[plan.mode]):
-            return False
-        plan.mode = self._auto_modes[self.model_name] = _NEXT_MODE[plan.mode]
+        plan.mode = _STEPS[_STEPS.index(plan.mode) + 1]
         return True
+
+    def _remember(self, call: _Call) -> None:
+        """After an auto call that stepped down succeeded, remember the mode that worked."""
+        plan = call.plan
+        if plan is not None and plan.auto and plan.mode != plan.start:
+            capability_cache.remember_mode(self.base_url, self.model_name, plan.mode)
 
     # ------------------------------------------------------------------ one model request
 
@@ -264,16 +290,24 @@ class OpenAIAdapter(Adapter):
                 )
             call.set_instructions()
             await turn.process(self)
+            call.sending()
             try:
-                reply = await self._send(client, self._body(call), call.options, call.request.on_delta)
-            except ProviderError as error:
-                if self._step_down(call, error):
+                reply = await self._send(client, self._body(call), call)
+            except _ShapeRejected as rejected:
+                if self._step_down(call):
                     continue
+                error = rejected.error
+                if call.plan is not None:
+                    error = _with_hint(error, _mode_hint(call.plan))
+                error.partial = turn.partial("model")
+                raise error from None
+            except ProviderError as error:
                 error.partial = turn.partial("model")
                 raise
             message = assistant_message(turn, reply.message)
             before = turn.usage
-            turn.respond(message)  # reports the exchange
+            turn.respond(message, report=False)  # reported once validated (`report_reply`)
+            call.replied(message)
             if reply.usage is not None:
                 # The server's count replaces the estimate `respond` made.
                 turn.usage = before + replace(reply.usage, requests=1)
@@ -285,7 +319,7 @@ class OpenAIAdapter(Adapter):
         tools = [
             function_tool(tool.name, tool.description, tool.parameters) for tool in request.tools
         ]
-        choice = options.tool_choice
+        choice = _pending_choice(options.tool_choice, call.turn.added)
         if plan is not None and plan.mode == "tool":
             description = f"Give the final {plan.spec.name} answer."
             tools.append(function_tool(plan.tool_name, description, *plan.schema()))
@@ -300,6 +334,8 @@ class OpenAIAdapter(Adapter):
                 body["parallel_tool_calls"] = options.parallel_tool_calls
         if plan is not None and plan.mode == "json_schema":
             body["response_format"] = response_format(plan.spec.name, *plan.schema())
+        elif plan is not None and plan.mode == "json_object":
+            body["response_format"] = json_object_format(plan.schema()[0])
         body.update(options.params)
         if self.stream or request.on_delta is not None:
             body["stream"] = True
@@ -315,14 +351,13 @@ class OpenAIAdapter(Adapter):
             return httpx.AsyncClient(transport=_Borrowed(self._transport))
         return httpx.AsyncClient(verify=_ssl_context())
 
-    async def _send(
-        self,
-        client: httpx.AsyncClient,
-        body: JSONDict,
-        options: CallOptions,
-        on_delta: Callable[[str], None] | None = None,
-    ) -> _Reply:
-        """POST one request, retrying transient failures; raise a mapped `ProviderError`."""
+    async def _send(self, client: httpx.AsyncClient, body: JSONDict, call: _Call) -> _Reply:
+        """POST one request, retrying transient failures; raise a mapped `ProviderError`.
+
+        Every failed attempt is reported to the transcript. A shape rejection
+        (`_ShapeRejected`) is never retried: the same body would fail again.
+        """
+        options = call.options
         headers = httpx.Headers(options.headers)
         for secret in secret_values(options.headers):
             remember_secret(secret)  # a server may echo a header's key back in an error
@@ -331,8 +366,9 @@ class OpenAIAdapter(Adapter):
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options, on_delta)
+                return await self._attempt(client, body, headers, options, call.request.on_delta)
             except _Retry as retry:
+                call.report_failure(retry.error)
                 if attempt >= options.max_retries:
                     raise retry.error from None
                 wait = _backoff(attempt, retry.after)
@@ -342,6 +378,13 @@ class OpenAIAdapter(Adapter):
                 )
                 await anyio.sleep(wait)
                 attempt += 1
+                call.sending()
+            except _ShapeRejected as rejected:
+                call.report_failure(rejected.error)
+                raise
+            except ProviderError as error:
+                call.report_failure(error)
+                raise
 
     async def _attempt(
         self,
@@ -393,14 +436,25 @@ class OpenAIAdapter(Adapter):
             raise BodyTooLarge
 
     def _http_error(self, response: httpx.Response, content: bytes) -> Exception:
-        """The mapped error of an error reply, wrapped in `_Retry` when it may be retried."""
+        """The mapped error of an error reply: `_ShapeRejected` when it refuses the
+        request's shape, `_Retry` when it may be retried, else the error itself."""
+        status = response.status_code
         try:
-            code, detail = error_fields(json.loads(content))
+            data: Any = json.loads(content)
         except (ValueError, RecursionError):
-            text = content.decode("utf-8", "replace")
-            code, detail = "", text.strip()[:500] or response.reason_phrase
+            data = None
+        if data is not None:
+            code, detail = error_fields(data)
+        else:
+            code, detail = "", content.decode("utf-8", "replace").strip()[:500] or response.reason_phrase
         where = f"{self.base_url} (model {self.model_name!r})"
-        error = provider_error(response.status_code, code, self._scrub(detail), where)
+        error = provider_error(status, code, self._scrub(detail), where)
+        if status == 404 and type(error) is not ProviderError:
+            error = _with_hint(error, _not_found_hint(self.base_url, code))
+        noise = (self.base_url, self.model_name)
+        shaped = type(error) in (ProviderError, ModelNotFoundError)
+        if shaped and data is not None and rejects_shape(status, data, noise):
+            return _ShapeRejected(_with_hint(error, "", retryable=False))
         return _Retry(error, retry_after(response.headers)) if error.retryable else error
 
     def _read_completion(self, body: bytes, received: int) -> _Reply:
@@ -475,6 +529,8 @@ class _Plan:
     tool_name: str
     strict: JSONDict | None
     """The strict form of the output schema, if it has one."""
+    start: StructuredMode
+    """The mode the call started in (auto mode remembers a step-down from it)."""
 
     def schema(self) -> tuple[JSONDict, bool]:
         """The schema to send and whether it is strict."""
@@ -492,6 +548,52 @@ class _Call:
         self.plan = plan
         self.turn = PortableTurn.start(request)
         self.retries = options.output_retries
+        self.attempt = 0
+        """Model requests sent so far, failed ones included (the transcript's `attempt`)."""
+        self._sent: tuple[JSONDict, ...] = ()
+        self._reply: JSONDict | None = None
+        self._rejection: str | None = None
+
+    @property
+    def mode(self) -> str | None:
+        return self.plan.mode if self.plan is not None else None
+
+    def sending(self) -> None:
+        """Count a new request; keep what it sends for its transcript line."""
+        self.attempt += 1
+        if self.request.on_exchange is not None:
+            self._sent = self.turn.sent_json()
+
+    def replied(self, reply: Message) -> None:
+        """Hold the request's reply until `report_reply` knows whether it validated."""
+        self._reply = reply.to_json_dict()
+
+    def report_failure(self, error: ProviderError) -> None:
+        """Report the request in flight as failed with `error` (already scrubbed of the key)."""
+        self.turn.report(
+            self._sent,
+            {"error": error.message, "status": error.status},
+            mode=self.mode,
+            attempt=self.attempt,
+            failed=True,
+            error=error.message,
+        )
+
+    def report_reply(self, rejection: str | None) -> None:
+        """Report the answered request: failed when its reply was rejected (`rejection`)."""
+        self.turn.report(
+            self._sent,
+            self._reply,
+            mode=self.mode,
+            attempt=self.attempt,
+            failed=rejection is not None,
+            error=rejection,
+        )
+
+    def take_rejection(self) -> str | None:
+        """Why the last reply was sent back for correction, if it was (once)."""
+        rejection, self._rejection = self._rejection, None
+        return rejection
 
     def result(self, value: Any) -> CallResult:
         """The successful call (with the processed history if a processor rewrote it)."""
@@ -500,7 +602,7 @@ class _Call:
     def set_instructions(self) -> None:
         """Make the system message match the mode: prompted mode adds the schema."""
         text = self.request.instructions
-        if self.plan is not None and self.plan.mode == "prompted":
+        if self.plan is not None and self.plan.mode in ("prompted", "json_object"):
             schema = json.dumps(self.plan.spec.json_schema, ensure_ascii=False)
             text = join_instructions(text, _PROMPTED.format(schema=schema))
         prefix = self.turn.prefix
@@ -518,7 +620,7 @@ class _Call:
             return _CONTINUE
         if plan is None:
             return reply.content
-        text = json_text(reply.content) if plan.mode == "prompted" else reply.content
+        text = json_text(reply.content) if plan.mode != "json_schema" else reply.content
         try:
             return decode_outputs(plan.spec, text)
         except ValidationError as error:
@@ -564,6 +666,7 @@ class _Call:
 
     def _spend_retry(self, problems: list[str]) -> None:
         """Spend one output retry on `problems`, or raise when none is left."""
+        self._rejection = "; ".join(problems)
         if self.retries == 0:
             attempts = self.options.output_retries + 1
             raise OutputValidationError(
@@ -582,6 +685,56 @@ class _Reply:
     message: Any
     """The reply's assistant `message` object (not yet checked)."""
     usage: Usage | None
+
+
+class _ShapeRejected(Exception):
+    """The server refused the request's shape (structured-output fields): never retried."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _pending_choice(choice: Any, added: list[Message]) -> Any:
+    """The `tool_choice` to send: one that names a tool forces it until the call has called it.
+
+    Forcing a named tool on every request (as the setting says) would loop
+    until `request_limit`, since the model could never answer; once that
+    tool's result is in the turn, the model chooses freely.
+    """
+    if not isinstance(choice, dict):
+        return choice
+    name = (choice.get("function") or {}).get("name")
+    if any(message.role == "tool" and message.tool_name == name for message in added):
+        return None
+    return choice
+
+
+def _with_hint(error: ProviderError, hint: str, *, retryable: bool | None = None) -> ProviderError:
+    """A copy of `error` (same class and status) whose message ends with `hint`."""
+    return type(error)(
+        error.message + hint,
+        status=error.status,
+        retryable=error.retryable if retryable is None else retryable,
+    )
+
+
+def _mode_hint(plan: _Plan) -> str:
+    if plan.auto:
+        return "; no structured mode was accepted (json_schema, json_object, tool, prompted)"
+    return (
+        f"; the server refused structured_mode {plan.mode}: choose another with "
+        "--structured-mode, KEDI_STRUCTURED_MODE or `> settings: structured_mode:` "
+        "(json_schema, json_object, tool, prompted), or `auto`"
+    )
+
+
+def _not_found_hint(base_url: str, code: str) -> str:
+    """What a 404 from `POST {base_url}/chat/completions` most likely means."""
+    endpoint = f"POST {base_url}/chat/completions"
+    if code == "model_not_found" or httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
+        return f" ({endpoint})"
+    return f" ({endpoint}; is `/v1` missing from the base URL?)"
 
 
 class _Retry(Exception):

@@ -18,8 +18,19 @@
   never `StructuredDict` (which does not validate). `output_mode="auto"` picks
   `native` where the model profile has `supports_json_schema_output` (the lane
   then holds no tool traffic), else `tool` where it supports tools, else
-  `prompted`. The value is the dict of captures, validated again with
-  `request.output`.
+  `prompted`. `json_object` is prompted output sent with `response_format
+  {"type": "json_object", "schema": ...}` (llama.cpp constrains decoding to
+  the schema). In `tool` mode a call without tools of its own forces the
+  output tool by name (servers such as llama.cpp ignore `tool_choice:
+  "required"`). The `output_mode` setting (`> settings:`) chooses per call,
+  over the constructor's. The value is the dict of captures, validated again
+  with `request.output`.
+- **Endpoints**: with a base URL configured (`--base-url`, `KEDI_BASE_URL`,
+  `OPENAI_BASE_URL`, `OPENAI_API_BASE`; `kedi.adapters.endpoint`), an
+  `openai:NAME`, `openai-chat:NAME` or bare `NAME` model is Pydantic AI's
+  chat-completions model at that URL (the Responses API that `openai:` means
+  exists only at OpenAI); an error names the endpoint, and a 404 asks whether
+  `/v1` is missing.
 - **Settings**: the common settings Pydantic AI knows go to `ModelSettings`
   unless the model class lists them in `unsupported_settings`; `stop` becomes
   `stop_sequences`; `effort` becomes the unified `thinking` setting (`max` sent
@@ -41,7 +52,6 @@ entry points always use asyncio.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -59,12 +69,12 @@ from kedi.adapters.base import (
     CallRequest,
     CallResult,
     Exchange,
-    JSONDict,
     OutputSpec,
     ToolHandler,
     ToolSpec,
     Usage,
 )
+from kedi.adapters.resources import current_resources
 from kedi.errors import (
     AdapterError,
     AuthenticationError,
@@ -93,7 +103,6 @@ from kedi.history.archive import (
     archive_policy,
     expand_checkpoints,
 )
-from kedi.history.grouping import CALL_IN_PROGRESS, CHECKPOINT, SIGNED_THINKING, SYSTEM, MessageInfo
 from kedi.history.partial import PartialStage
 from kedi.history.processors import (
     ProcessorOutcome,
@@ -109,15 +118,11 @@ try:
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
         BaseToolReturnPart,
-        CompactionPart,
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
-        RetryFeedbackPart,
         SystemPromptPart,
-        TextPart,
-        ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
@@ -130,6 +135,8 @@ except ImportError as error:  # pragma: no cover - exercised by a test that hide
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
 
 # Imports Pydantic AI itself: only once the guard above has passed.
+from kedi.adapters._pydantic_endpoint import ForceToolFirst, RunChatModel, model_at_base_url  # noqa: E402
+from kedi.adapters._pydantic_messages import CLASSIFIER, _PydanticClassifier, portable_json  # noqa: E402
 from kedi.adapters._pydantic_state import (  # noqa: E402
     CALL_ID,
     RUN_ID,
@@ -145,15 +152,16 @@ from kedi.adapters._pydantic_state import CHECKPOINT as CHECKPOINT_KEY  # noqa: 
 
 __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
-OutputMode = Literal["auto", "tool", "native", "prompted"]
+OutputMode = Literal["auto", "tool", "native", "prompted", "json_object"]
 
 _MODEL_SETTINGS = PYDANTIC_AI_SETTINGS
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
 _KEDI_SETTINGS = frozenset(
-    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id"}
+    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id", "output_mode"}
 )
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
+OUTPUT_TOOL = "final_result"
 
 
 # --------------------------------------------------------------------------- the adapter
@@ -193,13 +201,22 @@ class PydanticAdapter(Adapter):
         self.capabilities = tuple(capabilities)
         if history_processor is not None:
             reject_process_history(self.capabilities)
-        self._model = _resolve_model(model)
+        self.endpoint: str | None = None
+        """`POST <url>` of the chat-completions endpoint kedi configured, named in errors."""
+        self._chat_model_at: Callable[[Any], Model] | None = None
+        """Builds the chat model at the configured base URL with a given HTTP client."""
+        at_base_url = model_at_base_url(model) if isinstance(model, str) else None
+        if at_base_url is not None:
+            self._chat_model_at, self.endpoint = at_base_url
+            self._model = self._chat_model_at(None)
+        else:
+            self._model = _resolve_model(model)
         self.model_name = model if isinstance(model, str) else _model_id(self._model)
         self.output_mode = (
             _output_mode(self._model, output_mode) if self._model is not None else output_mode
         )
         self._agents: dict[
-            tuple[tuple[tuple[str, str, str], ...], type[Any] | None],
+            tuple[tuple[tuple[str, str, str], ...], type[Any] | None, OutputMode],
             Agent[Mapping[str, ToolHandler], Any],
         ] = {}
         self._bound: dict[Any, PydanticAdapter] = {}
@@ -261,15 +278,39 @@ class PydanticAdapter(Adapter):
         _require_asyncio()
         self.check(request)
         assert self._model is not None  # checked above
-        options = _run_options(request.settings, self._model)
+        build = self._chat_model_at
+        if build is None:
+            return await self._run(request, self._model)
+        # A model kedi built gets an HTTP client per run, closed when the run ends (on
+        # the run's own event loop), or per call outside a run.
+        run = current_resources()
+        if run is not None:
+            return await self._run(request, run.client(self, lambda: RunChatModel(build)).model)
+        session = RunChatModel(build)
+        try:
+            return await self._run(request, session.model)
+        finally:
+            await session.aclose()
+
+    async def _run(self, request: CallRequest, model: Model) -> CallResult:
+        assert self._model is not None  # checked by `request`
+        mode = self._call_mode(request)
+        options = _run_options(
+            request.settings,
+            self._model,
+            _mode_settings(request, mode),
+            frozenset(tool.name for tool in request.tools),
+        )
         call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
+        call.forced, call.mode = options.forced, mode
         history = await call.first_history()
         if continues_responses(self._model):
             history = [as_sent(message) for message in history]
         streams = request.on_delta is not None and can_stream(self._model)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
-            result = await self._agent(request.tools, request.output).run(
+            result = await self._agent(request.tools, request.output, mode).run(
                 request.prompt,
+                model=model,
                 message_history=history,
                 instructions=request.instructions or None,
                 model_settings=options.model_settings,
@@ -292,8 +333,19 @@ class PydanticAdapter(Adapter):
             rewrites=call.rewrites,
         )
 
+    def _call_mode(self, request: CallRequest) -> OutputMode:
+        """The structured-output mode of one call: its `output_mode` setting, else the adapter's."""
+        setting = request.settings.get("output_mode")
+        if setting is None or self._model is None:
+            return self.output_mode
+        if setting not in get_args(OutputMode):
+            raise KediConfigError(
+                f"unknown output_mode setting {setting!r}; expected one of {', '.join(get_args(OutputMode))}"
+            )
+        return _output_mode(self._model, setting)
+
     def _agent(
-        self, tools: Sequence[ToolSpec], output: OutputSpec | None
+        self, tools: Sequence[ToolSpec], output: OutputSpec | None, mode: OutputMode
     ) -> Agent[Mapping[str, ToolHandler], Any]:
         """The agent of a tool contract and output type, built once.
 
@@ -304,12 +356,12 @@ class PydanticAdapter(Adapter):
         contract = tuple(
             (t.name, t.description, json.dumps(t.parameters, sort_keys=True)) for t in tools
         )
-        key = (contract, None if output is None else output.model)
+        key = (contract, None if output is None else output.model, mode)
         agent = self._agents.get(key)
         if agent is None:
             agent = self._agents[key] = Agent(
                 self._model,
-                output_type=str if output is None else _output_type(output, self.output_mode),
+                output_type=str if output is None else _output_type(output, mode),
                 deps_type=Mapping[str, ToolHandler],
                 tools=[_tool(spec) for spec in tools],
                 capabilities=list(self.capabilities) or None,
@@ -367,6 +419,7 @@ def _output_mode(model: Model, mode: OutputMode) -> OutputMode:
         "native": bool(profile.get("supports_json_schema_output")),
         "tool": bool(profile.get("supports_tools", True)),
         "prompted": True,
+        "json_object": True,
     }
     if mode == "auto":
         return next(name for name in ("native", "tool", "prompted") if supported[name])
@@ -390,9 +443,22 @@ def _output_type(spec: OutputSpec, mode: OutputMode) -> Any:
     validated = Annotated[spec.model, WrapValidator(as_json)]  # type: ignore[name-defined]  # a runtime type, built per call
     if mode == "native":
         return NativeOutput(validated, name=spec.name)
-    if mode == "prompted":
+    if mode in ("prompted", "json_object"):
         return PromptedOutput(validated, name=spec.name)
-    return ToolOutput(validated)
+    return ToolOutput(validated, name=OUTPUT_TOOL)
+
+
+def _mode_settings(request: CallRequest, mode: OutputMode) -> dict[str, Any]:
+    """Model settings a structured mode adds to the call's own (which win)."""
+    output = request.output
+    if output is None:
+        return {}
+    if mode == "json_object":
+        response_format = {"type": "json_object", "schema": output.json_schema}
+        return {"extra_body": {"response_format": response_format}}
+    if mode == "tool" and not request.tools:
+        return {"tool_choice": [OUTPUT_TOOL]}
+    return {}
 
 
 def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
@@ -415,17 +481,27 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
 
 @dataclass(frozen=True, slots=True)
 class _RunOptions:
+    forced: ForceToolFirst | None
     model_settings: ModelSettings | None
     retries: AgentRetries | None
     usage_limits: UsageLimits | None
 
 
-def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
-    """Map kedi settings to a run's options (see the module docs); unknown keys are dropped."""
+def _run_options(
+    settings: Mapping[str, Any],
+    model: Model,
+    defaults: Mapping[str, Any],
+    tool_names: frozenset[str] = frozenset(),
+) -> _RunOptions:
+    """Map kedi settings to a run's options (see the module docs); unknown keys are dropped.
+
+    `defaults` are the structured mode's settings; the call's own win, and an
+    `extra_body` of the call is merged over the mode's.
+    """
     unsupported = model.unsupported_settings
     chosen: dict[str, Any] = {
         key: value
-        for key, value in settings.items()
+        for key, value in {**defaults, **settings}.items()
         if key in _MODEL_SETTINGS and key not in unsupported
     }
     if continues_responses(model):
@@ -433,6 +509,13 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
         continuation = settings.get("openai_previous_response_id", "auto")
         if continuation not in (None, False):
             chosen["openai_previous_response_id"] = continuation
+    if "extra_body" in defaults and "extra_body" in settings:
+        chosen["extra_body"] = {**defaults["extra_body"], **settings["extra_body"]}
+    forced = None
+    choice = chosen.get("tool_choice")
+    if isinstance(choice, str) and choice in tool_names:
+        # Forced on the first request only, by a capability that also carries extra_body.
+        forced = ForceToolFirst(str(chosen.pop("tool_choice")), dict(chosen.pop("extra_body", {})))
     stop = settings.get("stop")
     if (
         stop is not None
@@ -450,6 +533,7 @@ def _run_options(settings: Mapping[str, Any], model: Model) -> _RunOptions:
         retries["tools"] = count("tool_retries", settings["tool_retries"], 0)
     limit = settings.get("request_limit")
     return _RunOptions(
+        forced=forced,
         model_settings=ModelSettings(**chosen) if chosen else None,  # type: ignore[typeddict-item]  # keys are filtered to ModelSettings' names above
         retries=retries or None,
         usage_limits=None
@@ -523,6 +607,12 @@ class _Call:
     """An accepted edit since the last response: the next request may not continue server-side state."""
     archives: dict[str, list[ModelMessage]] = field(default_factory=dict)
     """Archive id -> the exact messages a checkpoint of this call stands for."""
+    recorded: int = 0
+    """Model requests reported to the transcript so far (the next one's `attempt` - 1)."""
+    mode: str = ""
+    """The call's output mode (`tool`, `native`, `prompted`, `json_object`), for transcripts."""
+    forced: ForceToolFirst | None = None
+    """The tool a `tool_choice` setting forces on the run's first request, if any."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)
@@ -641,12 +731,15 @@ class _Call:
             extra.append(_Transcript(self))
         if continues_responses(self.adapter._model):
             extra.append(FreshAfterEdit(self))
+        if self.forced is not None:
+            extra.append(self.forced)
         return extra or None
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
         """Report one model request to the transcript sink."""
         sink = self.request.on_exchange
         assert sink is not None  # only installed with a sink
+        self.recorded += 1
         parts = context.model_request_parameters.instruction_parts or []
         instructions = "\n\n".join(part.content for part in parts if part.content)
         sent = [{"role": "system", "content": instructions}] if instructions else []
@@ -659,6 +752,8 @@ class _Call:
                 response=portable_json(response)[0],
                 output_schema=None if output is None else output.json_schema,
                 tools=tuple(tool.name for tool in self.request.tools),
+                mode=None if output is None else self.mode,
+                attempt=self.recorded,
             )
         )
 
@@ -769,7 +864,8 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
     commits nothing.
     """
     request = call.request
-    where = f"model {call.adapter.model_name!r}{_at(request)}"
+    endpoint = f" at {call.adapter.endpoint}" if call.adapter.endpoint else ""
+    where = f"model {call.adapter.model_name!r}{endpoint}{_at(request)}"
     try:
         yield
     except StopRun as stop:
@@ -794,7 +890,14 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
             partial=call.partial("usage", captured),
         ) from error
     except pai.ModelAPIError as error:
-        raise _provider_error(error, where, call.partial("model", captured)) from error
+        mapped = _provider_error(error, where, call.partial("model", captured))
+        if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):
+            mapped = ModelNotFoundError(
+                f"{mapped.message}; is `/v1` missing from the base URL?",
+                status=mapped.status,
+                partial=mapped.partial,
+            )
+        raise mapped from error
     except RecursionError as error:  # a reply nested too deeply for the JSON parser
         raise ProviderError(
             f"{where} failed: the reply is not JSON kedi can read ({error})",
@@ -806,6 +909,10 @@ def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[No
         raise AdapterError(
             f"{where} failed: {error}", partial=call.partial("model", captured)
         ) from error
+
+
+def _misses_v1(endpoint: str | None) -> bool:
+    return endpoint is not None and not endpoint.endswith("/v1/chat/completions")
 
 
 def _provider_error(
@@ -837,157 +944,3 @@ def _provider_error(
         error, pai.ModelServerError | pai.ModelUnavailableError | pai.ModelConnectionError
     )
     return ProviderError(f"{where} failed: {error.message}", retryable=retryable, partial=partial)
-
-
-# --------------------------------------------------------------------------- messages
-
-
-def portable_json(message: ModelMessage) -> list[JSONDict]:
-    """A `ModelMessage` as portable C1 message dicts (one-way, for transcripts).
-
-    A request becomes one message per part (system, user, tool); a response
-    becomes one assistant message. Parts with no portable form are left out.
-    """
-    if isinstance(message, ModelResponse):
-        text = "".join(part.content for part in message.parts if isinstance(part, TextPart))
-        out: JSONDict = {"role": "assistant"}
-        if text:
-            out["content"] = text
-        calls = [
-            {"id": part.tool_call_id, "name": part.tool_name, "args": part.args_as_json_str()}
-            for part in message.parts
-            if isinstance(part, ToolCallPart)
-        ]
-        if calls:
-            out["toolCalls"] = calls
-        thinking = [
-            {
-                key: value
-                for key, value in (("text", part.content), ("signature", part.signature))
-                if value
-            }
-            for part in message.parts
-            if isinstance(part, ThinkingPart)
-        ]
-        if thinking:
-            out["thinking"] = thinking
-        return [out]
-    messages: list[JSONDict] = []
-    for part in message.parts:
-        if isinstance(part, SystemPromptPart):
-            messages.append({"role": "system", "content": part.content})
-        elif isinstance(part, UserPromptPart):
-            messages.append({"role": "user", "content": _user_text(part)})
-        elif isinstance(part, BaseToolReturnPart):
-            result: JSONDict = {
-                "role": "tool",
-                "content": part.model_response_str(),
-                "toolCallId": part.tool_call_id,
-            }
-            if part.tool_name:
-                result["toolName"] = part.tool_name
-            if part.outcome != "success":
-                result["failed"] = True
-            messages.append(result)
-        elif isinstance(part, RetryFeedbackPart):
-            messages.append({"role": "user", "content": part.model_response()})
-    return messages
-
-
-def _user_text(part: UserPromptPart) -> str:
-    if isinstance(part.content, str):
-        return part.content
-    return "".join(
-        item if isinstance(item, str) else f"[{getattr(item, 'kind', 'media')}]"
-        for item in part.content
-    )
-
-
-def _message_text(message: ModelMessage) -> str:
-    """The text a message carries, for token estimates."""
-    pieces: list[str] = []
-    for part in message.parts:
-        if isinstance(part, ToolCallPart):
-            pieces += [part.tool_name, part.args_as_json_str()]
-        elif isinstance(part, BaseToolReturnPart):
-            pieces.append(part.model_response_str())
-        elif isinstance(part, UserPromptPart):
-            pieces.append(_user_text(part))
-        elif isinstance(text := getattr(part, "content", None), str):
-            pieces.append(text)
-    return "".join(pieces)
-
-
-class _PydanticClassifier:
-    """The history-processor `Classifier` of Pydantic AI's `ModelMessage`.
-
-    A request with a user prompt is a `user` message (also `SYSTEM`-protected
-    if it holds system parts), one with only tool returns a `tool` message, one
-    with only system parts a `system` message; a request holding only retry
-    feedback is `other`, so a turn and its validation retries stay one group.
-    With a `run_id`, the messages that run added are protected: the call in
-    progress must come back whole.
-    """
-
-    native_name = "Pydantic AI ModelMessage"
-
-    def __init__(self, run_id: str | None = None) -> None:
-        self.run_id = run_id
-
-    def accepts(self, obj: object) -> bool:
-        """Whether `obj` is a `ModelRequest` or `ModelResponse`."""
-        return isinstance(obj, ModelRequest | ModelResponse)
-
-    def info(self, message: ModelMessage) -> MessageInfo:
-        """Classify one message (see the class docs)."""
-        own = (CALL_IN_PROGRESS,) if self.run_id and message.run_id == self.run_id else ()
-        if isinstance(message, ModelResponse):
-            reasons = [*own]
-            if any(isinstance(part, ThinkingPart) and part.signature for part in message.parts):
-                reasons.append(SIGNED_THINKING)
-            if any(isinstance(part, CompactionPart) for part in message.parts):
-                reasons.append(CHECKPOINT)
-            return MessageInfo(
-                "assistant",
-                opens=tuple(
-                    p.tool_call_id
-                    for p in message.parts
-                    if isinstance(p, ToolCallPart) and p.tool_call_id
-                ),
-                protected=tuple(reasons),
-                is_text_only=all(isinstance(part, TextPart) for part in message.parts),
-            )
-        if checkpoint_of(message) is not None:
-            return MessageInfo("other", protected=(CHECKPOINT, *own))
-        system = any(isinstance(part, SystemPromptPart) for part in message.parts)
-        prompts = [part for part in message.parts if isinstance(part, UserPromptPart)]
-        answers = tuple(
-            part.tool_call_id for part in message.parts if isinstance(part, ToolReturnPart)
-        )
-        role: Literal["user", "tool", "system", "other"] = (
-            "user" if prompts else "tool" if answers else "system" if system else "other"
-        )
-        return MessageInfo(
-            role,
-            answers=answers,
-            protected=((SYSTEM,) if system else ()) + own,
-            is_text_only=bool(prompts)
-            and len(prompts) == len(message.parts)
-            and all(isinstance(part.content, str) for part in prompts),
-        )
-
-    def same(self, a: Any, b: Any) -> bool:
-        """Dataclass equality of two messages of the same kind."""
-        return type(a) is type(b) and bool(a == b)
-
-    def copy(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        """Deep copies (messages and parts are mutable dataclasses)."""
-        return copy.deepcopy(list(messages))
-
-    def estimate_tokens(self, messages: Sequence[ModelMessage]) -> int:
-        """`len(text) // 4 + 3` per message, as `kedi.history.estimate_tokens` counts."""
-        return sum(len(_message_text(message)) // 4 + 3 for message in messages)
-
-
-CLASSIFIER = _PydanticClassifier()
-"""The classifier of Pydantic AI messages (no call in progress)."""

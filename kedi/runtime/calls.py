@@ -378,6 +378,10 @@ def _exchange_sink(
                 "tools": list(exchange.tools),
                 "settings": shown,
                 "response": exchange.response,
+                "structured_mode": exchange.mode,
+                "attempt": exchange.attempt,
+                "failed": exchange.failed,
+                **({"error": exchange.error} if exchange.failed else {}),
             }
         )
 

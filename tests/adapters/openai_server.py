@@ -239,10 +239,13 @@ def sse(*chunks: dict[str, Any], done: bool = True) -> list[str]:
 
 
 def error_body(
-    message: str, code: str | None = None, kind: str = "invalid_request_error"
+    message: str,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
 ) -> dict[str, Any]:
     """An OpenAI error object."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def _usage(prompt: int, completion_tokens: int) -> dict[str, int]:

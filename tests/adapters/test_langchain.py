@@ -443,9 +443,13 @@ def test_capability_rows_describe_the_adapter() -> None:
     assert all(name in rows["settings"] for name in LangChainAdapter.profile.settings)
 
 
-def test_bad_constructor_arguments_are_config_errors() -> None:
-    with pytest.raises(KediConfigError, match="needs a LangChain chat model object or a model name, not int"):
+def test_bad_constructor_arguments_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(KediConfigError, match="needs a model name .* or a LangChain chat model object, not int"):
         LangChainAdapter(42)  # type: ignore[arg-type]
+    with pytest.raises(KediConfigError, match="cannot build a chat model for 'openai:gpt-4o'.*credentials"):
+        LangChainAdapter("openai:gpt-4o")
     with pytest.raises(KediConfigError, match="max_rounds setting must be an integer >= 1"):
         LangChainAdapter(Scripted(), max_rounds=0)
 
@@ -659,3 +663,25 @@ def test_running_on_trio_is_refused_with_a_clear_error() -> None:
     with pytest.raises(KediUsageError, match="runs only on asyncio"):
         anyio.run(LangChainAdapter(model).request, call("Hi"), backend="trio")
     assert model.seen == []
+
+
+def test_a_model_name_is_built_by_init_chat_model_at_the_configured_base_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"')
+    from langchain_openai import ChatOpenAI
+
+    from kedi.adapters.endpoint import command_line_options
+    from kedi.adapters.langchain import chat_model_from_name
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    with command_line_options(base_url="http://127.0.0.1:8765/v1"):
+        adapter = LangChainAdapter("openai:smollm2")
+    model = adapter.chat_model
+    assert isinstance(model, ChatOpenAI)
+    assert (model.model_name, model.openai_api_base) == ("smollm2", "http://127.0.0.1:8765/v1")
+    assert adapter.model_name == "smollm2"
+    built = chat_model_from_name("gpt-4o-mini", temperature=0.5)
+    assert isinstance(built, ChatOpenAI) and built.temperature == 0.5
+    assert built.openai_api_base == "http://127.0.0.1:9/v1"

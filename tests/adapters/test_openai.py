@@ -16,10 +16,11 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from kedi.adapters import create_adapter
-from kedi.adapters._openai_wire import retry_after
+from kedi.adapters import capability_cache, create_adapter
+from kedi.adapters._openai_wire import retry_after, strict_schema
 from kedi.adapters._sse import sse_payloads
 from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec, Usage
+from kedi.adapters.endpoint import command_line_options
 from kedi.adapters.openai import OpenAIAdapter
 from kedi.errors import (
     AdapterError,
@@ -283,24 +284,141 @@ async def test_auto_mode_uses_a_tool_for_a_schema_with_no_strict_form(server: Op
 async def test_auto_mode_steps_down_when_the_server_rejects_response_format(
     server: OpenAIServer,
 ) -> None:
-    args = '{"name": "Paris", "population": 1}'
     server.add(
         Reply(400, error_body("response_format 'json_schema' is not supported by this model")),
-        Reply(body=completion(tool_calls=[tool_call("c1", "final_result", args)])),
-        Reply(body=completion(tool_calls=[tool_call("c2", "final_result", args)])),
+        Reply(body=completion(CITY_JSON)),
+        Reply(body=completion(CITY_JSON)),
     )
     adapter = make(server, max_retries=0)
     first = await adapter.request(call(output=CITY))
     second = await adapter.request(call(output=CITY))
 
-    assert first.value == second.value == {"name": "Paris", "population": 1, "country": "France"}
-    assert "response_format" in server.bodies[0]
+    assert first.value == second.value == CITY_VALUE
+    assert server.bodies[0]["response_format"]["type"] == "json_schema"
     # The rejected request is no part of the call, and the adapter remembers the model's limits.
     assert first.usage.requests == 1
-    assert [("tools" in body, "response_format" in body) for body in server.bodies[1:]] == [
-        (True, False),
-        (True, False),
+    formats = [body["response_format"] for body in server.bodies[1:]]
+    assert formats == [{"type": "json_object", "schema": strict_schema(CITY.json_schema)}] * 2
+    # json_object mode also puts the schema in the instructions (OpenAI wants JSON named there).
+    assert '"population"' in server.bodies[1]["messages"][0]["content"]
+
+
+LLAMA_CPP_REJECTION = {
+    "error": {
+        "message": "1 validation error: {'type': 'literal_error', 'loc': ('body', "
+        "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
+"""What llama.cpp's server (llama-cpp-python 0.3.36) answers to a json_schema response_format."""
+
+
+@pytest.mark.anyio
+async def test_a_500_naming_response_format_steps_down_at_once_and_is_remembered_across_runs(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(500, LLAMA_CPP_REJECTION), Reply(body=completion(CITY_JSON)))
+    exchanges: list[Exchange] = []
+    result = await make(server).request(call(output=CITY, on_exchange=exchanges.append))
+
+    assert result.value == CITY_VALUE
+    # Not retried as a transient 500: one rejected request, then json_object.
+    assert [body["response_format"]["type"] for body in server.bodies] == ["json_schema", "json_object"]
+    assert [(e.mode, e.attempt, e.failed) for e in exchanges] == [
+        ("json_schema", 1, True),
+        ("json_object", 2, False),
     ]
+    assert "HTTP 500" in (exchanges[0].error or "")
+
+    # A new process (the in-memory cache forgotten) reads the file and starts in json_object.
+    capability_cache.forget_all()
+    server.add(Reply(body=completion(CITY_JSON)))
+    await make(server).request(call(output=CITY))
+    assert server.bodies[2]["response_format"]["type"] == "json_object"
+    cached = json.loads(capability_cache.cache_path().read_text())
+    assert cached["structured_modes"] == {f"{server.base_url} {MODEL}": "json_object"}
+
+
+@pytest.mark.anyio
+async def test_auto_mode_steps_all_the_way_down_to_prompted(server: OpenAIServer) -> None:
+    server.add(
+        Reply(400, error_body("bad", param="response_format")),
+        Reply(422, {"detail": [{"loc": ["body", "response_format"], "msg": "extra"}]}),
+        Reply(400, error_body("this model does not support tools")),
+        Reply(body=completion(f"```json\n{CITY_JSON}\n```")),
+    )
+    result = await make(server).request(call(output=CITY))
+
+    assert result.value == CITY_VALUE
+    last = server.bodies[3]
+    assert "tools" not in last and "response_format" not in last
+    assert capability_cache.remembered_mode(server.base_url, MODEL) == "prompted"
+
+
+@pytest.mark.anyio
+async def test_a_rejection_that_names_no_shape_field_is_no_step_down_even_if_the_model_or_url_says_tool(
+    server: OpenAIServer,
+) -> None:
+    model = "llama-3-tool-use-preview"
+    detail = f"temperature too high for {model} at {server.base_url}/tools"
+    server.add(Reply(400, error_body(detail)))
+    adapter = OpenAIAdapter(model, base_url=server.base_url + "/tools", api_key=KEY)
+    server_path_noise = adapter.base_url
+    with pytest.raises(ProviderError, match="temperature too high") as caught:
+        await adapter.request(call(output=CITY))
+
+    assert caught.value.status == 400 and server_path_noise.endswith("/tools")
+    assert len(server.received) == 1
+    assert capability_cache.remembered_mode(adapter.base_url, model) is None
+
+
+@pytest.mark.anyio
+async def test_an_explicit_mode_the_server_refuses_fails_at_once_naming_the_setting(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(500, LLAMA_CPP_REJECTION))
+    with pytest.raises(ProviderError, match="refused structured_mode json_schema") as caught:
+        await make(server, structured_mode="json_schema").request(call(output=CITY))
+
+    assert "--structured-mode" in caught.value.message
+    assert len(server.received) == 1  # a shape rejection is never retried
+
+
+@pytest.mark.anyio
+async def test_structured_mode_comes_from_cli_then_environment_then_settings_then_constructor(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def mode_sent(adapter: OpenAIAdapter, **settings: Any) -> None:
+        server.add(Reply(body=completion(CITY_JSON)))
+        await adapter.request(call(output=CITY, settings=settings))
+
+    def sent_mode(body: dict[str, Any]) -> str:
+        if "response_format" in body:
+            return str(body["response_format"]["type"])
+        return "prompted"
+
+    adapter = make(server, structured_mode="json_schema")
+    await mode_sent(adapter, structured_mode="json_object")
+    monkeypatch.setenv("KEDI_STRUCTURED_MODE", "prompted")
+    await mode_sent(make(server, structured_mode="json_schema"), structured_mode="json_object")
+    with command_line_options(structured_mode="json_schema"):
+        cli_adapter = make(server)
+    await mode_sent(cli_adapter, structured_mode="json_object")
+    await mode_sent(make(server, structured_mode="json_object"))
+    monkeypatch.delenv("KEDI_STRUCTURED_MODE")
+    await mode_sent(make(server, structured_mode="json_object"))
+
+    assert [sent_mode(body) for body in server.bodies] == [
+        "json_object",  # the setting beats the constructor
+        "prompted",  # the environment beats the setting
+        "json_schema",  # the command line beats the environment
+        "prompted",
+        "json_object",
+    ]
+    with pytest.raises(KediConfigError, match="unknown structured_mode 'native'"):
+        await make(server).request(call(output=CITY, settings={"structured_mode": "native"}))
 
 
 @pytest.mark.anyio
@@ -410,7 +528,7 @@ async def test_tool_loop_runs_parallel_calls_and_feeds_a_failure_back(server: Op
         }
     ]
     assert server.bodies[1]["messages"][1:] == [
-        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "assistant", "content": "", "tool_calls": calls},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temp":21}'},
         {"role": "tool", "tool_call_id": "call_2", "content": "Error: unknown city Atlantis"},
     ]
@@ -996,3 +1114,128 @@ def test_kedi_run_with_the_openai_adapter_keeps_a_lane(
     assert result.exit_code == 1
     assert "AuthenticationError" in result.stderr and "Traceback" not in result.stderr
     assert KEY not in result.stderr
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.anyio
+async def test_base_url_order_is_command_line_then_kedi_then_openai_then_the_legacy_variable(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_BASE", "http://legacy.invalid/v1")
+    with pytest.warns(FutureWarning, match="OPENAI_API_BASE is deprecated.*OPENAI_BASE_URL"):
+        assert OpenAIAdapter(MODEL).base_url == "http://legacy.invalid/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://openai-env.invalid/v1")
+    assert OpenAIAdapter(MODEL).base_url == "http://openai-env.invalid/v1"
+    monkeypatch.setenv("KEDI_BASE_URL", "http://kedi-env.invalid/v1")
+    assert OpenAIAdapter(MODEL).base_url == "http://kedi-env.invalid/v1"
+    with command_line_options(base_url=server.base_url):
+        adapter = OpenAIAdapter(MODEL)
+    server.add(Reply(body=completion("ok")))
+    assert (await adapter.request(call())).value == "ok"
+    assert OpenAIAdapter(MODEL, base_url="http://explicit.invalid/v1").base_url.startswith(
+        "http://explicit"
+    )
+
+
+@pytest.mark.anyio
+async def test_api_key_env_names_the_variable_and_crlf_is_dropped(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-this-one")
+    monkeypatch.setenv("MY_LLAMA_KEY", "sk-mine\r")
+    with command_line_options(api_key_env="MY_LLAMA_KEY"):
+        adapter = OpenAIAdapter(MODEL, base_url=server.base_url)
+    server.add(Reply(body=completion("ok")))
+    await adapter.request(call())
+
+    assert server.received[0].headers["authorization"] == "Bearer sk-mine"
+    monkeypatch.setenv("KEDI_API_KEY_ENV", "UNSET_KEY_VARIABLE")
+    with pytest.raises(KediConfigError, match="names the environment variable UNSET_KEY_VARIABLE"):
+        OpenAIAdapter(MODEL, base_url=server.base_url)
+
+
+@pytest.mark.anyio
+async def test_a_404_names_the_endpoint_and_asks_whether_v1_is_missing(server: OpenAIServer) -> None:
+    root = server.base_url.removesuffix("/v1")
+    server.add(Reply(404, {"detail": "Not Found"}), Reply(404, error_body("no", code="model_not_found")))
+    with pytest.raises(ModelNotFoundError) as missing_v1:
+        await OpenAIAdapter(MODEL, base_url=root, api_key=KEY).request(call())
+    with pytest.raises(ModelNotFoundError) as unknown_model:
+        await make(server).request(call())
+
+    assert f"POST {root}/chat/completions" in str(missing_v1.value)
+    assert "is `/v1` missing" in str(missing_v1.value)
+    assert "/v1` missing" not in str(unknown_model.value)
+    assert f"POST {server.base_url}/chat/completions" in str(unknown_model.value)
+
+
+def test_kedi_run_takes_base_url_api_key_env_and_structured_mode_flags(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from kedi.cli import main
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://not-this.invalid/v1")
+    monkeypatch.setenv("KEDI_STRUCTURED_MODE", "tool")
+    monkeypatch.setenv("LOCAL_KEY", "sk-local")
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(
+        "> settings:\n    structured_mode: json_schema\n>> A number [n: int].\n= `n + 1`\n"
+    )
+    server.add(Reply(body=completion('{"n": 41}')))
+    flags = ["--base-url", server.base_url, "--api-key-env", "LOCAL_KEY", "--structured-mode", "json_object"]
+    result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", "m", *flags])
+
+    assert (result.exit_code, result.stdout) == (0, "42\n"), result.stderr
+    [received] = server.received
+    assert received.headers["authorization"] == "Bearer sk-local"
+    assert received.body["response_format"]["type"] == "json_object"
+    result = CliRunner().invoke(main, ["run", str(flow), "--structured-mode", "native"])
+    assert result.exit_code == 2 and "native" in result.stderr
+
+
+@pytest.mark.anyio
+async def test_transcript_lines_carry_mode_attempt_and_failures_without_the_key(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    import kedi
+
+    server.add(
+        Reply(503, error_body(f"overloaded, key {KEY}")),
+        Reply(body=completion('{"n": "not a number"}')),
+        Reply(body=completion('{"n": 7}')),
+    )
+    path = tmp_path / "transcript.jsonl"
+    program = kedi.compile(">> A number [n: int].\n= `n`")
+    value = await program.run(adapter=make(server, structured_mode="json_object"), transcript=path)
+
+    assert value == 7
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["structured_mode"], r["attempt"], r["failed"]) for r in lines] == [
+        ("json_object", 1, True),
+        ("json_object", 2, True),
+        ("json_object", 3, False),
+    ]
+    assert "HTTP 503" in lines[0]["error"] and lines[0]["response"]["status"] == 503
+    assert "n: Input should be a valid integer" in lines[1]["error"]
+    assert "error" not in lines[2]
+    assert KEY not in path.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_tool_choice_naming_a_tool_forces_it_until_it_was_called(server: OpenAIServer) -> None:
+    seen: list[Mapping[str, Any]] = []
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "get_weather", '{"city": "Paris"}')])),
+        Reply(body=completion(CITY_JSON)),
+    )
+    request = call(output=CITY, tools=(weather_tool(seen),), settings={"tool_choice": "get_weather"})
+    result = await make(server, structured_mode="json_object").request(request)
+
+    assert result.value == CITY_VALUE and seen == [{"city": "Paris"}]
+    first, second = server.bodies
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert "tool_choice" not in second  # the model may answer now

@@ -1,0 +1,97 @@
+"""Pydantic AI models at a configured base URL, and the forced first tool call.
+
+- `model_at_base_url`: `openai:NAME` (or `openai-chat:NAME`, a bare `NAME`)
+  with a base URL configured means Pydantic AI's chat-completions model at
+  that URL (the Responses API that `openai:` means exists only at OpenAI).
+- `RunChatModel`: such a model with an HTTP client of its own per run, which
+  sends `null` assistant content as `""` (llama.cpp refuses `null`).
+- `ForceToolFirst`: a `tool_choice` setting that names a tool, forced until
+  the run has called it.
+
+Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
+
+from kedi.adapters._openai_wire import string_content_http_client
+from kedi.adapters.endpoint import api_key, configured_base_url
+
+
+class RunChatModel:
+    """The chat model at the base URL with an HTTP client of its own, closed by `aclose`.
+
+    The client sends `null` assistant content as `""` (`string_content_http_client`).
+    """
+
+    def __init__(self, build: Callable[[Any], Model]) -> None:
+        self.client = string_content_http_client()
+        self.model = build(self.client)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+@dataclass
+class ForceToolFirst(AbstractCapability[Any]):
+    """A `tool_choice` setting naming a function tool: forced until the run has called it.
+
+    Pydantic AI refuses a static choice that names no output tool (the run
+    could never end); servers such as llama.cpp ignore `required` but honour
+    a name, so this is how a small model is made to call a tool.
+    """
+
+    tool: str
+    extra_body: dict[str, Any]
+    """The call's own `extra_body` (a run's static one would replace this capability's)."""
+
+    def get_model_settings(self) -> Any:
+        def per_step(ctx: RunContext[Any]) -> ModelSettings:
+            if self._called(ctx):
+                return ModelSettings(extra_body=self.extra_body) if self.extra_body else ModelSettings()
+            # In the body: Pydantic AI sends a one-function choice as `required`.
+            choice = {"type": "function", "function": {"name": self.tool}}
+            return ModelSettings(extra_body={**self.extra_body, "tool_choice": choice})
+
+        return per_step
+
+    def _called(self, ctx: RunContext[Any]) -> bool:
+        """Whether this run has already had a result of the tool (a call with bad arguments has none)."""
+        return any(
+            isinstance(part, ToolReturnPart) and part.tool_name == self.tool
+            for message in ctx.messages
+            if isinstance(message, ModelRequest) and message.run_id == ctx.run_id
+            for part in message.parts
+        )
+
+
+def model_at_base_url(name: str) -> tuple[Callable[[Any], Model], str] | None:
+    """A builder of the chat-completions model `name` means at the configured base URL
+    (given an HTTP client, or None for the provider's own), and its endpoint.
+
+    None without a base URL, or for a name of another provider.
+    """
+    base_url = configured_base_url()
+    provider, _, bare = name.rpartition(":")
+    if base_url is None or provider not in ("", "openai", "openai-chat"):
+        return None
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    # Local servers need no key, but the openai SDK refuses to start without one.
+    key = api_key() or "not-needed"
+
+    def build(http_client: Any) -> Model:
+        provider = OpenAIProvider(base_url=base_url, api_key=key, http_client=http_client)
+        return OpenAIChatModel(bare, provider=provider)
+
+    return build, f"POST {base_url.rstrip('/')}/chat/completions"

@@ -1,0 +1,99 @@
+"""The Pydantic AI and LangChain adapters on an OpenAI-compatible base URL (the test server)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import kedi
+from kedi.errors import KediError, ModelNotFoundError
+from tests.adapters.openai_server import OpenAIServer, Reply, completion, tool_call
+
+pytest.importorskip("pydantic_ai", reason='needs Pydantic AI: pip install "kedi[pydantic-ai]"')
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with OpenAIServer() as running:
+        monkeypatch.setenv("KEDI_BASE_URL", running.base_url)
+        yield running
+
+
+def population(city: str) -> int:
+    """The population of a city."""
+    return 2100000
+
+
+TOOL_PROGRAM = (
+    "> use: population\n> settings:\n    tool_choice: population\n    output_mode: json_object\n"
+    '    extra_body: {"repeat_penalty": 1.3}\n'
+    ">> How many people live in Paris? [count: int]\n= `count`"
+)
+
+
+def run(source: str, **options: Any) -> Any:
+    env = options.pop("env", {})
+    return kedi.compile(source, known_globals=tuple(env)).run_sync(env=env, **options)
+
+
+def test_pydantic_with_a_base_url_uses_chat_completions_and_json_object_mode(server: OpenAIServer) -> None:
+    server.add(Reply(body=completion('{"n": 4}')))
+    source = "> settings:\n    output_mode: json_object\n>> A number [n: int].\n= `n`"
+
+    assert run(source, adapter="pydantic", model="openai:local") == 4
+    [received] = server.received
+    assert received.path == "/v1/chat/completions" and received.body["model"] == "local"
+    schema = received.body["response_format"]["schema"]
+    assert received.body["response_format"]["type"] == "json_object" and schema["required"] == ["n"]
+
+
+def test_pydantic_forces_a_named_tool_on_the_first_request_only(server: OpenAIServer) -> None:
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
+        Reply(body=completion('{"count": 2100000}')),
+    )
+
+    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": population}) == 2100000
+    first, second = server.bodies
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
+    assert second["tool_choice"] == "auto"
+    # The mode's response_format and the call's extra_body travel with the forced choice.
+    assert first["response_format"]["type"] == second["response_format"]["type"] == "json_object"
+    assert first["repeat_penalty"] == second["repeat_penalty"] == 1.3
+    [call] = [m for m in second["messages"] if m["role"] == "assistant"]
+    assert call["content"] == "" and call["tool_calls"]  # never null beside tool calls
+
+
+def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = server.base_url.removesuffix("/v1")
+    monkeypatch.setenv("KEDI_BASE_URL", root)
+    server.add(Reply(404, {"detail": "Not Found"}))
+    with pytest.raises(KediError) as caught:
+        run(">> Hi.", adapter="pydantic", model="openai:local")
+
+    assert isinstance(caught.value.original, ModelNotFoundError)  # type: ignore[attr-defined]
+    assert f"POST {root}/chat/completions" in str(caught.value)
+    assert "is `/v1` missing" in str(caught.value)
+
+
+def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_content(
+    server: OpenAIServer,
+) -> None:
+    pytest.importorskip("langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"')
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
+        Reply(body=completion(tool_calls=[tool_call("c2", "KediOutputs", '{"count": 7}')])),
+    )
+
+    assert run(TOOL_PROGRAM, adapter="langchain", model="openai:local", env={"population": population}) == 7
+    first, second = server.bodies
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
+    assert second["tool_choice"] == {"type": "function", "function": {"name": "KediOutputs"}}
+    assistant = [m for m in second["messages"] if m["role"] == "assistant"]
+    assert assistant and all(m["content"] == "" for m in assistant)  # never null beside tool calls
+    assert os.environ["KEDI_BASE_URL"] == server.base_url
