@@ -22,7 +22,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check")
+_COMMANDS = ("run", "parse", "check", "batch")
 
 
 class _KediGroup(click.Group):
@@ -201,3 +201,9 @@ def check(file: str | None, command: str | None) -> None:
     except KediError as error:
         _fail(error)
     click.echo("Checked successfully.")
+
+
+# `kedi batch` lives in its own module (it imports only click at load time).
+from kedi.cli_batch import batch  # noqa: E402
+
+main.add_command(batch)

@@ -1,0 +1,102 @@
+"""Running one row: a compiled program, its shared adapter, and the ledger write.
+
+A `RowRunner` is what each engine's worker holds (the local engine one, each
+Ray actor its own): the program compiled once, one adapter instance shared by
+every row it runs (one connection pool, instrumented by `metering`), and a
+ledger connection. `run` binds the row to `args`, runs the program in a
+fresh conversation, and records the outcome with the conversation's history
+in one ledger transaction before returning it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from kedi.adapters import create_adapter
+from kedi.adapters.base import Adapter
+from kedi.batch.inputs import Row
+from kedi.batch.ledger import Outcome, SQLiteLedger
+from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
+from kedi.errors import KediConfigError, KediError
+from kedi.history.lanes import Conversation
+from kedi.runtime.program import compile_program
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """Everything a worker needs to run a job's rows (plain data: Ray ships it to actors)."""
+
+    job: str
+    program_source: str
+    program_path: str
+    ledger_path: str
+    adapter: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+
+
+def build_adapter(spec: BatchSpec, gate: Gate) -> Adapter:
+    """The adapter every row shares, gated by the job's limits and counting usage."""
+    adapter = create_adapter(spec.adapter, spec.model)
+    from kedi.adapters.openai import OpenAIAdapter
+
+    if isinstance(adapter, OpenAIAdapter):
+        adapter = OpenAIAdapter(spec.model, base_url=spec.base_url, transport=GatedTransport(gate))
+        return instrument(adapter, gate, gates_requests=False)
+    if spec.base_url is not None:
+        raise KediConfigError(f"--base-url applies to the openai adapter, not {adapter.shortname!r}")
+    return instrument(adapter, gate, gates_requests=True)
+
+
+class RowRunner:
+    """Runs rows of one job and records each outcome in the ledger."""
+
+    def __init__(self, spec: BatchSpec, gate: Gate) -> None:
+        self.spec = spec
+        self.program = compile_program(spec.program_source, path=spec.program_path)
+        self.adapter = build_adapter(spec, gate)
+        self.ledger = SQLiteLedger(spec.ledger_path)
+
+    async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
+        """Run `row` and record its outcome.
+
+        `recorded_ok` says the row may already have an outcome (a retry after
+        a worker died): then the recorded one is returned and nothing runs twice.
+        """
+        if recorded_ok:
+            known = self.ledger.outcome(self.spec.job, row.key)
+            if known is not None:
+                return known
+        usage = start_row_usage()
+        conversation = Conversation()
+        value: Any = None
+        error: dict[str, str] | None = None
+        try:
+            result = await self.program.run(
+                args=row.args, adapter=self.adapter, model=self.spec.model, conversation=conversation, quiet=True
+            )
+            value = to_jsonable_python(result, fallback=str)
+        except KediError as failure:
+            error = {"type": type(failure).__name__, "message": str(failure)}
+        except Exception as failure:  # a bug in one row must not end the job; the row says what it was
+            error = {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
+        outcome = Outcome(
+            key=row.key,
+            position=row.position,
+            value=value,
+            error=error,
+            usage=usage.as_dict(),
+            session=conversation.conversation_id,
+        )
+        self.ledger.record(self.spec.job, outcome, conversation.dumps())
+        return outcome
+
+    async def aclose(self) -> None:
+        """Close the ledger connection and the adapter's transport."""
+        self.ledger.close()
+        transport = getattr(self.adapter, "_transport", None)
+        if transport is not None:
+            await transport.aclose()
