@@ -157,7 +157,6 @@ async def run_batch(
     """Run the rows the ledger has not finished; write RESULTS; return the figures."""
     finished = ledger.finished_keys(job, include_failed=not retry_errors)
     counts = progress.counts if progress is not None else Counts(total=total)
-    counts.started = time.monotonic()
     results = OrderedResults(out)
     window = _Window()
     stopped: str | None = None
@@ -176,6 +175,7 @@ async def run_batch(
 
     try:
         async with engine.session(), anyio.create_task_group() as group:
+            counts.started = time.monotonic()  # the rate counts rows, not the engine's start-up
             for row in rows:
                 if row.key in finished:
                     known = ledger.outcome(job, row.key)
