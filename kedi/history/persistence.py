@@ -41,7 +41,9 @@ from kedi.errors import HistoryError, KediConfigError, KediUsageError
 from kedi.history.lanes import PORTABLE, AdapterRegistry, Conversation, Lane, LaneKey, LaneOwner
 from kedi.history.messages import as_messages
 
-__all__ = ["FORMAT_VERSION", "dump_conversation", "dumps", "load", "load_conversation", "loads", "save", "write_atomic"]
+__all__ = [
+    "FORMAT_VERSION", "dump_conversation", "dump_lane_messages", "dumps", "load_lane_messages",
+    "load", "load_conversation", "loads", "save", "write_atomic"]
 
 FORMAT_VERSION = 1
 """The version this kedi writes and the only one it reads."""
@@ -67,16 +69,33 @@ def dump_conversation(conversation: Conversation, *, adapters: Iterable[Any] = (
 
 def _dump_lane(lane: Lane, adapters: Sequence[Any]) -> dict[str, Any]:
     key = lane.key
-    if key.format == PORTABLE:
-        messages = [message.to_json_dict() for message in as_messages(lane.messages)]
-    else:
-        messages = _serializer(key, adapters, f"lane {key.label()}").dump_messages(list(lane.messages))
+    messages = dump_lane_messages(key, lane.messages, adapters)
     return {
         "key": {name: getattr(key, name) for name in _KEY_FIELDS},
         "epoch": lane.epoch,
         "format": key.format,
         "messages": messages,
     }
+
+
+def dump_lane_messages(key: LaneKey, messages: Iterable[Any], adapters: Sequence[Any] = ()) -> list[Any]:
+    """Messages of the lane `key` as JSON data: C1 dicts, or the adapter's own dump for a native lane.
+
+    The one encoding of lane messages, shared by `save` and the history store.
+    """
+    if key.format == PORTABLE:
+        return [message.to_json_dict() for message in as_messages(messages)]
+    return _serializer(key, adapters, f"lane {key.label()}").dump_messages(list(messages))
+
+
+def load_lane_messages(key: LaneKey, data: list[Any], adapters: Sequence[Any] = (), where: str = "") -> list[Any]:
+    """Inverse of `dump_lane_messages`; raises `HistoryError` naming `where`."""
+    try:
+        if key.format == PORTABLE:
+            return list(as_messages(data))
+        return list(_serializer(key, adapters, where or f"lane {key.label()}").load_messages(data))
+    except HistoryError as error:
+        raise HistoryError(f"{where}.messages: {error}" if where else str(error)) from None
 
 
 def dumps(conversation: Conversation, *, adapters: Iterable[Any] = ()) -> str:
@@ -156,13 +175,7 @@ def _load_lane(item: Any, conversation_id: str, adapters: Sequence[Any], where: 
     data = lane.get("messages")
     if not isinstance(data, list):
         raise HistoryError(f"{where}.messages: expected a list, not {_kind(data)}")
-    try:
-        if message_format == PORTABLE:
-            messages: list[Any] = as_messages(data)
-        else:
-            messages = _serializer(key, adapters, where).load_messages(data)
-    except HistoryError as error:
-        raise HistoryError(f"{where}.messages: {error}") from None
+    messages = load_lane_messages(key, data, adapters, where)
     return Lane(key, conversation_id, messages, epoch)
 
 

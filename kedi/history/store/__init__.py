@@ -1,0 +1,142 @@
+"""The history store: durable, inspectable sessions behind one small interface.
+
+Two backends implement the same `Store` API:
+
+- **SQLite** (default): one file, `kedi/history.db` under the platformdirs user
+  data dir, WAL mode, a busy timeout, `BEGIN IMMEDIATE` write transactions.
+- **PostgreSQL** (`kedi[postgres]`, psycopg 3) for many workers on many
+  machines.
+
+`KEDI_HISTORY` chooses: unset → the default SQLite file; `path.db` → that
+file; `postgresql://...` → that server; `off` → no store (`open_store` returns
+`None`).
+
+API (stable; other features such as the `kedi batch` ledger build on it)::
+
+    from kedi.history.store import open_store, TurnRecord
+
+    store = open_store()                     # from KEDI_HISTORY; None when "off"
+    store = open_store("runs.db")            # or an explicit location
+    session = store.create_session(name="triage", program="flow.kedi", model="offline")
+    session = store.find_session("triage")   # by name, id or unique id prefix; None if absent
+    run_no = store.begin_run(session.id, program="flow.kedi")
+    seq = store.commit_turn(TurnRecord(session_id=session.id, run_no=run_no, lane=key, messages=[...]))
+    store.finish_run(session.id, run_no, "ok")          # or "failed"/"interrupted", failure={...}
+    conversation = store.load_conversation(session.id) # every lane rebuilt, native lanes decoded
+    store.close()
+
+One committed turn is one database transaction. A caller that must write
+rows of its own atomically with a turn passes `extra=`::
+
+    def ledger(tx: StoreTransaction) -> None:
+        tx.execute("INSERT INTO batch_items (id, state) VALUES (?, ?)", (item, "done"))
+    store.commit_turn(turn, extra=ledger)
+
+or opens the transaction itself (several turns and rows, all or nothing)::
+
+    with store.transaction() as tx:
+        tx.commit_turn(turn)
+        tx.execute("UPDATE batch_items SET state = ? WHERE id = ?", ("done", item))
+        rows = tx.query("SELECT state FROM batch_items WHERE id = ?", (item,))
+
+SQL given to `execute`/`query` uses `?` placeholders on both backends (the
+PostgreSQL backend rewrites them). Tables of one's own are created and
+migrated with `store.extend_schema("batch", version, [ddl, ...])`: each
+component has its own version row in `kedi_schema`, upgrades run forward
+once, and a store written by a newer version of a component is refused.
+
+Every value written passes through `redact` first (secret-looking keys and
+known secret values masked), so API keys never reach the database.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kedi.history.store.records import (
+    RunInfo,
+    SessionInfo,
+    StoreError,
+    TurnRecord,
+    decode_lane_key,
+    encode_lane_key,
+    redact,
+)
+
+if TYPE_CHECKING:
+    from kedi.history.store.base import Store, StoreTransaction
+
+__all__ = [
+    "RunInfo",
+    "SessionInfo",
+    "Store",
+    "StoreError",
+    "StoreTransaction",
+    "TurnRecord",
+    "decode_lane_key",
+    "default_location",
+    "describe_location",
+    "encode_lane_key",
+    "open_store",
+    "redact",
+]
+
+OFF = frozenset({"off", "0", "false", "no", "none"})
+
+
+def default_location() -> Path:
+    """The default SQLite file: `history.db` in kedi's user data directory."""
+    try:
+        from platformdirs import user_data_dir
+    except ImportError:  # pragma: no cover - platformdirs is a dependency; XDG fallback
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        return Path(base) / "kedi" / "history.db"
+    return Path(user_data_dir("kedi", appauthor=False)) / "history.db"
+
+
+def _is_postgres(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+def describe_location(location: str | os.PathLike[str] | None = None) -> str:
+    """Where `open_store(location)` points, for messages (a DSN's password masked)."""
+    text = _configured(location)
+    if text is None:
+        return "off"
+    if _is_postgres(text):
+        from kedi.history.store.records import mask_dsn
+
+        return mask_dsn(text)
+    return text
+
+
+def _configured(location: str | os.PathLike[str] | None) -> str | None:
+    if location is None:
+        location = os.environ.get("KEDI_HISTORY", "").strip() or None
+        if location is None:
+            return str(default_location())
+    text = os.fspath(location)
+    if text.strip().lower() in OFF:
+        return None
+    return text
+
+
+def open_store(location: str | os.PathLike[str] | None = None, *, busy_timeout: float = 10.0) -> Store | None:
+    """Open (creating and migrating as needed) the store at `location`, or from `KEDI_HISTORY`.
+
+    Returns `None` when the location is `off`. Raises `StoreError` with a clear
+    message when the store cannot be opened, is locked for longer than
+    `busy_timeout` seconds, or was written by a newer kedi.
+    """
+    text = _configured(location)
+    if text is None:
+        return None
+    if _is_postgres(text):
+        from kedi.history.store.postgres import open_postgres
+
+        return open_postgres(text, busy_timeout=busy_timeout)
+    from kedi.history.store.sqlite import open_sqlite
+
+    return open_sqlite(Path(text).expanduser(), busy_timeout=busy_timeout)

@@ -1,0 +1,423 @@
+"""The `Store`: every query of the history store, written once for both backends.
+
+A backend (`sqlite.py`, `postgres.py`) supplies a `Driver`: how to open a
+write or read transaction and how it spells placeholders. Everything else,
+including migrations and the one-transaction turn commit, lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
+
+from kedi.history.lanes import Conversation, Lane, LaneKey
+from kedi.history.store.records import (
+    RunInfo,
+    SessionInfo,
+    StoreError,
+    TurnRecord,
+    decode_lane_key,
+    encode_lane_key,
+    redact,
+)
+from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
+
+__all__ = ["Driver", "Store", "StoreTransaction"]
+
+
+class Cursor(Protocol):
+    """The DB-API cursor subset the store uses."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Driver(Protocol):
+    """What a backend provides."""
+
+    kind: str
+    """`sqlite` or `postgresql`."""
+    location: str
+    """The file path, or the DSN with its password masked."""
+
+    def transaction(self, *, write: bool) -> AbstractContextManager[Cursor]:
+        """One database transaction; commits on normal exit, rolls back on an exception."""
+
+    def translate(self, sql: str) -> str:
+        """`sql` with `?` placeholders in the backend's own style."""
+
+    def lock_schema(self, cursor: Cursor) -> None:
+        """Serialize concurrent migrations (inside the migration transaction)."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(redact(value), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class StoreTransaction:
+    """One open database transaction: commit turns and run SQL of your own in it."""
+
+    def __init__(self, cursor: Cursor, driver: Driver) -> None:
+        self._cursor = cursor
+        self._driver = driver
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement (`?` placeholders on both backends)."""
+        self._cursor.execute(self._driver.translate(sql), tuple(params))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement and return its rows."""
+        self._cursor.execute(self._driver.translate(sql), tuple(params))
+        return [tuple(row) for row in self._cursor.fetchall()]
+
+    def commit_turn(self, turn: TurnRecord) -> int:
+        """Insert `turn` (numbered by the session's counter); return its sequence number.
+
+        The counter update takes the session row's write lock, so concurrent
+        writers of one session get consecutive numbers in commit order.
+        """
+        now = time.time()
+        rows = self.query(
+            "UPDATE sessions SET turns = turns + 1, updated = ? WHERE id = ? RETURNING turns",
+            (now, turn.session_id),
+        )
+        if not rows:
+            raise StoreError(f"no session {turn.session_id!r} in the store (removed while running?)")
+        seq = int(rows[0][0])
+        self.execute(
+            "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
+            "messages, rewritten, value, usage, exchanges, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                turn.session_id,
+                seq,
+                turn.run_no,
+                encode_lane_key(turn.lane),
+                1 if turn.history else 0,
+                turn.epoch,
+                turn.run_id,
+                turn.origin,
+                _json(turn.request),
+                _json(turn.messages),
+                None if turn.rewritten is None else _json(turn.rewritten),
+                _json(turn.value),
+                _json(turn.usage),
+                _json(turn.exchanges),
+                now,
+            ),
+        )
+        return seq
+
+
+_SESSION_COLUMNS = (
+    "s.id, s.name, s.program, s.model, s.parent, s.created, s.updated, s.turns, "
+    "(SELECT r.status FROM runs r WHERE r.session_id = s.id ORDER BY r.run_no DESC LIMIT 1)"
+)
+_TURN_COLUMNS = (
+    "session_id, seq, run_no, lane, history, epoch, run_id, origin, request, messages, rewritten, "
+    "value, usage, exchanges, created"
+)
+
+
+def _session(row: Sequence[Any]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0], name=row[1], program=row[2], model=row[3], parent=row[4],
+        created=float(row[5]), updated=float(row[6]), turns=int(row[7]), status=row[8] or "",
+    )
+
+
+def _turn(row: Sequence[Any]) -> TurnRecord:
+    def load(text: Any) -> Any:
+        return None if text is None else json.loads(text)
+
+    return TurnRecord(
+        session_id=row[0], seq=int(row[1]), run_no=int(row[2]), lane=decode_lane_key(row[3]),
+        history=bool(row[4]), epoch=int(row[5]), run_id=row[6], origin=row[7], request=load(row[8]),
+        messages=load(row[9]), rewritten=load(row[10]), value=load(row[11]), usage=load(row[12]),
+        exchanges=load(row[13]), created=float(row[14]),
+    )
+
+
+class Store:
+    """A history store (see the package docstring for the API)."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self.kind = driver.kind
+        self.location = driver.location
+        self.extend_schema(COMPONENT, LATEST, [], _migrations=MIGRATIONS)
+
+    def __repr__(self) -> str:
+        return f"Store({self.kind}, {self.location!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the store is unusable afterwards)."""
+        self._driver.close()
+
+    # ------------------------------------------------------------ transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[StoreTransaction]:
+        """One write transaction: everything inside commits together or not at all."""
+        with self._driver.transaction(write=True) as cursor:
+            yield StoreTransaction(cursor, self._driver)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._driver.transaction(write=False) as cursor:
+            return StoreTransaction(cursor, self._driver).query(sql, params)
+
+    def extend_schema(
+        self,
+        component: str,
+        version: int,
+        statements: Sequence[str],
+        *,
+        _migrations: dict[int, list[str]] | None = None,
+    ) -> None:
+        """Bring `component`'s tables to `version`, running each missing step once.
+
+        With plain `statements`, they are the whole step to `version` (run once
+        when the stored version is lower). Raises `StoreError` when the store
+        holds a newer version than this code knows.
+        """
+        steps = _migrations if _migrations is not None else {version: list(statements)}
+        with self.transaction() as tx:
+            self._driver.lock_schema(tx._cursor)
+            tx.execute("CREATE TABLE IF NOT EXISTS kedi_schema (component TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            rows = tx.query("SELECT version FROM kedi_schema WHERE component = ?", (component,))
+            current = int(rows[0][0]) if rows else 0
+            if current > version:
+                raise StoreError(
+                    f"the history store {self.location} was written by a newer kedi "
+                    f"({component} schema version {current}; this kedi knows up to {version}); "
+                    "upgrade kedi, or point KEDI_HISTORY at another store"
+                )
+            for step in sorted(number for number in steps if current < number <= version):
+                for statement in steps[step]:
+                    tx.execute(statement)
+            if current < version:
+                tx.execute(
+                    "INSERT INTO kedi_schema (component, version) VALUES (?, ?) "
+                    "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                    (component, version),
+                )
+
+    def schema_version(self, component: str = COMPONENT) -> int:
+        """The stored schema version of `component` (0 when it has none)."""
+        rows = self._read("SELECT version FROM kedi_schema WHERE component = ?", (component,))
+        return int(rows[0][0]) if rows else 0
+
+    # ------------------------------------------------------------ sessions
+
+    def create_session(
+        self,
+        *,
+        name: str | None = None,
+        program: str = "",
+        model: str = "",
+        parent: str | None = None,
+        session_id: str | None = None,
+    ) -> SessionInfo:
+        """A new, empty session (its id is a fresh conversation id unless given)."""
+        from kedi.history.identity import new_id
+
+        identifier = session_id or new_id()
+        now = time.time()
+        try:
+            with self.transaction() as tx:
+                tx.execute(
+                    "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+                    (identifier, name, program, model, parent, now, now),
+                )
+        except StoreError:
+            raise
+        except Exception as error:
+            if self.find_session(name or identifier) is not None:
+                raise StoreError(f"a session named {name or identifier!r} already exists") from None
+            raise StoreError(f"cannot create a session in {self.location}: {error}") from None
+        return SessionInfo(identifier, name, program, model, parent, now, now, 0)
+
+    def find_session(self, ref: str) -> SessionInfo | None:
+        """The session named `ref`, or with id `ref`, or whose id starts with `ref` (if unique)."""
+        where = f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE "
+        rows = self._read(where + "s.name = ? OR s.id = ?", (ref, ref))
+        if not rows and len(ref) >= 4:
+            rows = self._read(where + "s.id LIKE ?", (ref.replace("%", "").replace("_", "") + "%",))
+            if len(rows) > 1:
+                raise StoreError(f"{ref!r} matches {len(rows)} sessions; give more of the id")
+        named = [row for row in rows if row[1] == ref]
+        return _session((named or rows)[0]) if rows else None
+
+    def session(self, ref: str) -> SessionInfo:
+        """`find_session`, or a `StoreError` naming `ref` and how to list sessions."""
+        found = self.find_session(ref)
+        if found is None:
+            raise StoreError(f"no session {ref!r} in {self.location} (list them with `kedi history ls`)")
+        return found
+
+    def sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+        """Sessions, most recently used first."""
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions s ORDER BY s.updated DESC, s.id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [_session(row) for row in self._read(sql)]
+
+    def latest_session(self) -> SessionInfo | None:
+        """The most recently used session."""
+        found = self.sessions(limit=1)
+        return found[0] if found else None
+
+    def rename_session(self, session_id: str, name: str | None) -> None:
+        """Give a session a name (or take it away)."""
+        with self.transaction() as tx:
+            tx.execute("UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
+
+    def delete_session(self, session_id: str) -> None:
+        """Remove a session with its runs and turns."""
+        with self.transaction() as tx:
+            tx.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
+            tx.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
+            tx.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    def gc(self, older_than: float) -> list[str]:
+        """Remove sessions unused for `older_than` seconds; return their ids."""
+        cutoff = time.time() - older_than
+        stale = [row[0] for row in self._read("SELECT id FROM sessions WHERE updated < ?", (cutoff,))]
+        for session_id in stale:
+            self.delete_session(session_id)
+        return stale
+
+    def fork_session(self, source: str, *, name: str | None = None) -> SessionInfo:
+        """A copy of session `source` (every run and turn) under a new id, the parent recorded."""
+        parent = self.session(source)
+        child = self.create_session(name=name, program=parent.program, model=parent.model, parent=parent.id)
+        with self.transaction() as tx:
+            tx.execute(
+                "INSERT INTO runs (session_id, run_no, program, started, finished, status, failure) "
+                "SELECT ?, run_no, program, started, finished, status, failure FROM runs WHERE session_id = ?",
+                (child.id, parent.id),
+            )
+            tx.execute(
+                f"INSERT INTO turns ({_TURN_COLUMNS}) SELECT ?, {_TURN_COLUMNS.split(', ', 1)[1]} "
+                "FROM turns WHERE session_id = ?",
+                (child.id, parent.id),
+            )
+            tx.execute(
+                "UPDATE sessions SET turns = (SELECT COUNT(*) FROM turns WHERE session_id = ?) WHERE id = ?",
+                (child.id, child.id),
+            )
+        return self.session(child.id)
+
+    # ------------------------------------------------------------ runs
+
+    def begin_run(self, session_id: str, *, program: str = "") -> int:
+        """Record the start of a run; return its number (1, 2, ...)."""
+        with self.transaction() as tx:
+            rows = tx.query(
+                "UPDATE sessions SET updated = ?, program = CASE WHEN ? = '' THEN program ELSE ? END "
+                "WHERE id = ? RETURNING (SELECT COALESCE(MAX(run_no), 0) + 1 FROM runs WHERE session_id = ?)",
+                (time.time(), program, program, session_id, session_id),
+            )
+            if not rows:
+                raise StoreError(f"no session {session_id!r} in the store")
+            run_no = int(rows[0][0])
+            tx.execute(
+                "INSERT INTO runs (session_id, run_no, program, started, status) VALUES (?, ?, ?, ?, 'running')",
+                (session_id, run_no, program, time.time()),
+            )
+        return run_no
+
+    def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
+        """Record how a run ended: `ok`, `failed` or `interrupted` (with the failure evidence)."""
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE runs SET finished = ?, status = ?, failure = ? WHERE session_id = ? AND run_no = ?",
+                (time.time(), status, None if failure is None else _json(failure), session_id, run_no),
+            )
+
+    def reopen_run(self, session_id: str, run_no: int) -> None:
+        """Mark a failed run as running again (resuming it)."""
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE runs SET status = 'running', finished = NULL WHERE session_id = ? AND run_no = ?",
+                (session_id, run_no),
+            )
+
+    def runs(self, session_id: str) -> list[RunInfo]:
+        """The session's runs in order."""
+        rows = self._read(
+            "SELECT session_id, run_no, program, started, finished, status, failure FROM runs "
+            "WHERE session_id = ? ORDER BY run_no",
+            (session_id,),
+        )
+        return [
+            RunInfo(row[0], int(row[1]), row[2], float(row[3]), None if row[4] is None else float(row[4]),
+                    row[5], None if row[6] is None else json.loads(row[6]))
+            for row in rows
+        ]
+
+    def delete_run_turns(self, session_id: str, run_no: int) -> None:
+        """Forget the turns of one run (re-recording it)."""
+        with self.transaction() as tx:
+            tx.execute("DELETE FROM turns WHERE session_id = ? AND run_no = ?", (session_id, run_no))
+
+    # ------------------------------------------------------------ turns
+
+    def commit_turn(self, turn: TurnRecord, *, extra: Callable[[StoreTransaction], None] | None = None) -> int:
+        """Commit one turn (and `extra`'s statements) in one transaction; return its sequence number."""
+        with self.transaction() as tx:
+            seq = tx.commit_turn(turn)
+            if extra is not None:
+                extra(tx)
+        return seq
+
+    def turns(self, session_id: str, *, run_no: int | None = None, before_run: int | None = None) -> list[TurnRecord]:
+        """The session's turns in commit order (of one run, or of the runs before one)."""
+        sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if run_no is not None:
+            sql += " AND run_no = ?"
+            params.append(run_no)
+        if before_run is not None:
+            sql += " AND run_no < ?"
+            params.append(before_run)
+        return [_turn(row) for row in self._read(sql + " ORDER BY seq", params)]
+
+    def load_conversation(
+        self, session_id: str, *, before_run: int | None = None, adapters: Iterable[Any] = ()
+    ) -> Conversation:
+        """The session's conversation rebuilt from its turns (every lane, native ones decoded)."""
+        return build_conversation(session_id, self.turns(session_id, before_run=before_run), adapters=adapters)
+
+
+def build_conversation(conversation_id: str, turns: Iterable[TurnRecord], *, adapters: Iterable[Any] = ()) -> Conversation:
+    """Replay committed turns into lanes: appends, and a rewrite replaces the lane's prior history."""
+    from kedi.history.persistence import load_lane_messages
+
+    given = tuple(adapters)
+    raw: dict[LaneKey, tuple[list[Any], int]] = {}
+    for turn in turns:
+        if not turn.history:
+            continue
+        messages, _ = raw.get(turn.lane, ([], 0))
+        if turn.rewritten is not None:
+            messages = list(turn.rewritten)
+        raw[turn.lane] = ([*messages, *turn.messages], turn.epoch)
+    conversation = Conversation(conversation_id)
+    for key, (data, epoch) in raw.items():
+        conversation._lanes[key] = Lane(
+            key, conversation_id, load_lane_messages(key, data, given, f"lane {key.label()}"), epoch
+        )
+    return conversation

@@ -1,0 +1,170 @@
+"""The store's records and encodings: sessions, runs, turns, lane keys, redaction."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kedi.errors import KediError
+from kedi.history.lanes import LaneKey
+
+__all__ = [
+    "RunInfo",
+    "SessionInfo",
+    "StoreError",
+    "TurnRecord",
+    "decode_lane_key",
+    "encode_lane_key",
+    "mask_dsn",
+    "redact",
+]
+
+
+class StoreError(KediError):
+    """The history store cannot be opened, read or written (the message says why and what to do)."""
+
+
+_KEY_FIELDS = ("adapter", "model", "settings", "mcp", "tools", "format")
+
+
+def encode_lane_key(key: LaneKey) -> str:
+    """The lane key as canonical JSON text (how the store names a lane)."""
+    return json.dumps({name: getattr(key, name) for name in _KEY_FIELDS}, sort_keys=True, separators=(",", ":"))
+
+
+def decode_lane_key(text: str) -> LaneKey:
+    """Inverse of `encode_lane_key`; raises `StoreError` on malformed text."""
+    try:
+        data = json.loads(text)
+        return LaneKey(**{name: str(data[name]) for name in _KEY_FIELDS})
+    except (ValueError, KeyError, TypeError) as error:
+        raise StoreError(f"malformed lane key in the store: {text[:80]!r} ({error})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One stored conversation."""
+
+    id: str
+    """The conversation id (UUIDv7)."""
+    name: str | None
+    program: str
+    model: str
+    parent: str | None
+    """The session this one was forked from."""
+    created: float
+    updated: float
+    turns: int
+    """Turns committed so far (also the last turn's sequence number)."""
+    status: str = ""
+    """The status of the last run: running, ok, failed or interrupted."""
+
+    @property
+    def label(self) -> str:
+        """The name when there is one, else the id."""
+        return self.name or self.id
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One `kedi run` (or API run) recorded in a session."""
+
+    session_id: str
+    run_no: int
+    program: str
+    started: float
+    finished: float | None
+    status: str
+    failure: dict[str, Any] | None = None
+    """For a failed or interrupted run: error, location, stage, lane and partial messages."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    """What one model call added, as stored (JSON-ready data, lane format)."""
+
+    session_id: str
+    lane: LaneKey
+    messages: list[Any]
+    """The turn's new messages in the lane's format (portable C1 dicts or the adapter's dump)."""
+    run_no: int = 1
+    history: bool = True
+    """Committed to the lane (history on); `False` for a stateless call, kept for replay."""
+    epoch: int = 0
+    """The lane's cache epoch after this turn."""
+    rewritten: list[Any] | None = None
+    """A history processor's accepted rewrite: the lane's whole prior history, replaced."""
+    run_id: str = ""
+    origin: str = ""
+    request: dict[str, Any] = field(default_factory=dict)
+    """The rendered request (instructions, prompt, schema, tools, settings, history digest)."""
+    value: Any = None
+    """The call's result as JSON (captures object or reply text)."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    exchanges: list[Any] = field(default_factory=list)
+    """The transcript records of the call's model requests."""
+    seq: int = 0
+    """Position in the session (assigned on commit)."""
+    created: float = 0.0
+
+
+# --------------------------------------------------------------------------- redaction
+
+_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|access[_-]?key|secret[_-]?key|token|secret|password|authorization|credentials?)$", re.IGNORECASE)
+_SECRET_TEXT = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})"
+)
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
+MASK = "***"
+
+
+def _environment_secrets() -> list[str]:
+    """Values of secret-named environment variables (long enough to be real secrets)."""
+    return sorted(
+        (value for name, value in os.environ.items() if _SECRET_ENV.search(name.upper()) and len(value) >= 8),
+        key=len,
+        reverse=True,
+    )
+
+
+def redact(data: Any) -> Any:
+    """`data` (JSON-like) with secrets masked: secret-named keys, token-shaped text and env secrets.
+
+    The one redaction call the store makes before writing anything; it is
+    the same rule transcripts use for settings (`kedi.runtime.calls.redact`)
+    extended to nested values and message text.
+    """
+    return _redact(data, _environment_secrets())
+
+
+def _redact(data: Any, secrets: list[str]) -> Any:
+    if isinstance(data, str):
+        for secret in secrets:
+            if secret in data:
+                data = data.replace(secret, MASK)
+        return _SECRET_TEXT.sub(MASK, data) if ("sk-" in data or "Bearer" in data or "gh" in data or "xox" in data) else data
+    if isinstance(data, Mapping):
+        return {
+            key: (MASK if isinstance(key, str) and _SECRET_KEY.search(key) and value not in (None, "") else _redact(value, secrets))
+            for key, value in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [_redact(item, secrets) for item in data]
+    return data
+
+
+def mask_dsn(dsn: str) -> str:
+    """A PostgreSQL URL with its password replaced by `***`."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "postgresql://***"
+    if parts.password is None:
+        return dsn
+    netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
