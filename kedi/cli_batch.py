@@ -88,10 +88,10 @@ def run(program: str, inputs: str, out: str, input_format: str | None, **options
 @click.argument("job")
 def status(job: str) -> None:
     """Show a job's counts: finished, failed."""
-    from kedi.batch.ledger import SQLiteLedger
+    from kedi.batch.ledger import StoreLedger
 
     try:
-        ledger = SQLiteLedger()
+        ledger = StoreLedger()
         info = ledger.job(job)
     except KediError as error:
         _fail(error)
@@ -105,10 +105,10 @@ def status(job: str) -> None:
 @batch.command("ls")
 def list_jobs() -> None:
     """List the jobs in the ledger."""
-    from kedi.batch.ledger import SQLiteLedger
+    from kedi.batch.ledger import StoreLedger
 
     try:
-        jobs = SQLiteLedger().jobs()
+        jobs = StoreLedger().jobs()
     except KediError as error:
         _fail(error)
     for info in jobs:
@@ -123,10 +123,10 @@ def export(job: str, out: str | None) -> None:
     import json
 
     from kedi.batch.engine import write_results
-    from kedi.batch.ledger import SQLiteLedger
+    from kedi.batch.ledger import StoreLedger
 
     try:
-        ledger = SQLiteLedger()
+        ledger = StoreLedger()
         if ledger.job(job) is None:
             click.echo(f"no batch job named {job!r} (kedi batch ls lists them)", err=True)
             sys.exit(1)
@@ -144,10 +144,10 @@ def export(job: str, out: str | None) -> None:
 @click.argument("job")
 def rm(job: str) -> None:
     """Remove a job and its rows from the ledger."""
-    from kedi.batch.ledger import SQLiteLedger
+    from kedi.batch.ledger import StoreLedger
 
     try:
-        removed = SQLiteLedger().remove(job)
+        removed = StoreLedger().remove(job)
     except KediError as error:
         _fail(error)
     if not removed:

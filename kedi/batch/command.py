@@ -10,7 +10,7 @@ import anyio
 
 from kedi.batch.engine import Engine, LocalEngine, Summary, run_batch
 from kedi.batch.inputs import Inputs, Row, default_job_name, job_fingerprint
-from kedi.batch.ledger import JobInfo, SQLiteLedger
+from kedi.batch.ledger import JobInfo, StoreLedger, store_location
 from kedi.batch.limits import RateLimiter
 from kedi.batch.progress import Counts, Progress
 from kedi.batch.worker import BatchSpec
@@ -25,7 +25,7 @@ class BatchCommand:
     job: str
     spec: BatchSpec
     rows: list[Row]
-    ledger: SQLiteLedger
+    ledger: StoreLedger
     out: Path
     options: dict[str, Any]
 
@@ -41,13 +41,14 @@ class BatchCommand:
         rows = list(data.rows(options["id_field"]))
         program_digest, inputs_digest = job_fingerprint(source, data)
         job = options["job"] or default_job_name(program, program_digest, inputs_digest)
-        ledger = SQLiteLedger()
+        location = store_location()
+        ledger = StoreLedger(location)
         ledger.open_job(JobInfo(job, program, program_digest, data.label, inputs_digest), force=options["force"])
         spec = BatchSpec(
             job=job,
             program_source=source,
             program_path=program,
-            ledger_path=str(ledger.path),
+            store=location,
             adapter=options["adapter"],
             model=options["model"],
             base_url=options["base_url"],

@@ -155,7 +155,7 @@ async def run_batch(
     progress: Progress | None = None,
 ) -> Summary:
     """Run the rows the ledger has not finished; write RESULTS; return the figures."""
-    finished = ledger.finished_keys(job, include_failed=not retry_errors)
+    finished = ledger.finished(job, include_failed=not retry_errors)
     counts = progress.counts if progress is not None else Counts(total=total)
     results = OrderedResults(out)
     window = _Window()
@@ -177,12 +177,11 @@ async def run_batch(
         async with engine.session(), anyio.create_task_group() as group:
             counts.started = time.monotonic()  # the rate counts rows, not the engine's start-up
             for row in rows:
-                if row.key in finished:
-                    known = ledger.outcome(job, row.key)
-                    if known is not None:
-                        counts.skipped += 1
-                        results.put(replace(known, position=row.position))
-                        continue
+                known = finished.pop(row.key, None)
+                if known is not None:
+                    counts.skipped += 1
+                    results.put(replace(known, position=row.position))
+                    continue
                 if max_errors is not None and counts.failed >= max_errors:
                     stopped = f"stopped after {counts.failed} failed rows (--max-errors {max_errors})"
                     break

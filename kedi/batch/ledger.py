@@ -1,32 +1,50 @@
-"""The batch ledger: each row's outcome, keyed by job and row key, with its history.
+"""The batch ledger: each row's outcome, keyed by job and row key, in the history store.
 
-`Ledger` is the interface the engines use; `SQLiteLedger` backs it with one
-SQLite file (WAL mode; one transaction per finished row that writes the
-row's outcome together with its conversation history, so a crash leaves
-either both or neither). A row with an outcome is finished: a resumed batch
-skips it (a failed one too, unless `--retry-errors`).
+`Ledger` is the interface the engines use; `StoreLedger` keeps it in kedi's
+history store (`kedi.history.store`: SQLite by default, PostgreSQL for many
+machines, chosen by `KEDI_HISTORY`), in two tables of its own (component
+`batch` of the store's schema versions):
 
-Where the file is: `KEDI_HISTORY` when it names a path, else `history.db`
-under the user data directory (`$XDG_DATA_HOME/kedi`, default
-`~/.local/share/kedi`).
+- `batch_jobs`: one row per job: the program and inputs it runs over, with
+  their digests (a change is refused unless `--force`).
+- `batch_rows`: one row per finished row: its position, whether it failed,
+  and its outcome (JSON), keyed by (job, row key).
+
+Each row runs in a session of its own, named `batch/<job>/<key>`, created
+when the row starts. When the row ends, ONE store transaction commits the
+turns of its conversation and its `batch_rows` line, so a crash leaves both
+or neither. A row with a line is finished: a resumed batch skips it (a failed
+one too, unless `--retry-errors`). A row whose session exists without a line
+was cut off mid-row; it runs again in the same session.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from kedi.errors import KediConfigError, KediUsageError
+from kedi.history.lanes import Conversation
+from kedi.history.persistence import dump_lane_messages
+from kedi.history.store import TurnRecord, default_location, open_store
+from kedi.history.store.base import Store
 
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 30_000
-"""How long a writer waits for another process's transaction (Ray workers share the file)."""
+BUSY_TIMEOUT = 30.0
+"""Seconds a writer waits for another process's transaction (Ray workers share a SQLite file)."""
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS batch_jobs (
+        job TEXT PRIMARY KEY, program TEXT NOT NULL, program_digest TEXT NOT NULL,
+        inputs TEXT NOT NULL, inputs_digest TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS batch_rows (
+        job TEXT NOT NULL, key TEXT NOT NULL, position BIGINT NOT NULL, failed BIGINT NOT NULL,
+        outcome TEXT NOT NULL, finished DOUBLE PRECISION NOT NULL, PRIMARY KEY (job, key))""",
+    "CREATE INDEX IF NOT EXISTS batch_rows_order ON batch_rows (job, position)",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +100,14 @@ class Ledger(Protocol):
     def open_job(self, job: JobInfo, *, force: bool) -> None:
         """Create the job, or check that an existing one runs the same program and inputs."""
 
-    def finished_keys(self, job: str, *, include_failed: bool) -> set[str]:
-        """The keys of the rows a resumed run skips."""
+    def finished(self, job: str, *, include_failed: bool) -> dict[str, Outcome]:
+        """The outcomes of the rows a resumed run skips, by key."""
 
-    def record(self, job: str, outcome: Outcome, history: str | None) -> None:
-        """Write one row's outcome and history in one transaction (a retried row replaces its failure)."""
+    def start_row(self, job: str, key: str, *, program: str, model: str) -> str:
+        """The session id of the row's conversation (the one a cut-off row already had, if any)."""
+
+    def record(self, job: str, outcome: Outcome, conversation: Conversation) -> None:
+        """Commit the row's turns and outcome in one transaction (a retried row replaces its failure)."""
 
     def outcome(self, job: str, key: str) -> Outcome | None:
         """The row's recorded outcome, if any."""
@@ -101,122 +122,102 @@ class Ledger(Protocol):
         """Every job, with its counts."""
 
     def remove(self, job: str) -> bool:
-        """Delete the job and its rows; False when there was none."""
+        """Delete the job, its rows and their sessions; False when there was none."""
 
     def close(self) -> None:
         """Release the connection."""
 
 
-def default_ledger_path() -> Path:
-    """The SQLite file the ledger uses (see the module docstring)."""
-    configured = os.environ.get("KEDI_HISTORY", "").strip()
-    if configured.lower() == "off":
-        raise KediConfigError("kedi batch needs the history store to resume; KEDI_HISTORY=off disables it")
-    if configured.startswith(("postgresql://", "postgres://")):
-        raise KediConfigError(
-            "this build's batch ledger is SQLite only; set KEDI_HISTORY to a file path (see docs/batch.md)"
-        )
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "kedi" / "history.db"
+def store_location() -> str:
+    """The store every worker of a job opens: `KEDI_HISTORY`, else the default file.
+
+    Resolved once by the driver and handed to the workers, so Ray actors on
+    other machines open the same store whatever their own environment says.
+    """
+    return os.environ.get("KEDI_HISTORY", "").strip() or str(default_location())
 
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS batch_schema (version INTEGER NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS batch_jobs (
-        job TEXT PRIMARY KEY, program TEXT NOT NULL, program_digest TEXT NOT NULL,
-        inputs TEXT NOT NULL, inputs_digest TEXT NOT NULL, created REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS batch_rows (
-        job TEXT NOT NULL, key TEXT NOT NULL, position INTEGER NOT NULL,
-        failed INTEGER NOT NULL, outcome TEXT NOT NULL, history TEXT,
-        finished REAL NOT NULL, PRIMARY KEY (job, key))""",
-    "CREATE INDEX IF NOT EXISTS batch_rows_order ON batch_rows (job, position)",
-)
+def session_name(job: str, key: str) -> str:
+    """The name of a row's session in the history store."""
+    return f"batch/{job}/{key}"
 
 
-class SQLiteLedger:
-    """The `Ledger` in one SQLite file, shared safely by several processes."""
+class StoreLedger:
+    """The `Ledger` in kedi's history store (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else default_ledger_path()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._create()
-        except sqlite3.Error as error:
-            raise KediConfigError(f"cannot open the batch ledger {self.path}: {error}") from None
+    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
+        store = open_store(location, busy_timeout=BUSY_TIMEOUT)
+        if store is None:
+            raise KediConfigError("kedi batch records its rows in the history store; KEDI_HISTORY=off disables it")
+        self.store: Store = store
+        self.store.extend_schema("batch", SCHEMA_VERSION, _SCHEMA)
 
-    def _create(self) -> None:
-        with self._transaction():
-            for statement in _SCHEMA:
-                self._db.execute(statement)
-            row = self._db.execute("SELECT version FROM batch_schema").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO batch_schema VALUES (?)", (SCHEMA_VERSION,))
-            elif row[0] > SCHEMA_VERSION:
-                raise KediConfigError(
-                    f"the batch ledger {self.path} was written by a newer kedi (schema {row[0]}); upgrade kedi"
-                )
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self.store.transaction() as tx:
+            return tx.query(sql, params)
 
     def open_job(self, job: JobInfo, *, force: bool) -> None:
-        with self._transaction():
-            known = self._db.execute(
+        with self.store.transaction() as tx:
+            known = tx.query(
                 "SELECT program, program_digest, inputs, inputs_digest FROM batch_jobs WHERE job = ?", (job.name,)
-            ).fetchone()
-            if known is None:
-                self._db.execute(
+            )
+            if not known:
+                tx.execute(
                     "INSERT INTO batch_jobs VALUES (?, ?, ?, ?, ?, ?)",
                     (job.name, job.program, job.program_digest, job.inputs, job.inputs_digest, time.time()),
                 )
                 return
+            program, program_digest, inputs, inputs_digest = known[0]
             changed = [
                 what
-                for what, old, new in (("program", known[1], job.program_digest), ("inputs", known[3], job.inputs_digest))
+                for what, old, new in (("program", program_digest, job.program_digest), ("inputs", inputs_digest, job.inputs_digest))
                 if old != new
             ]
             if changed and not force:
                 raise KediUsageError(
                     f"job {job.name!r} was started with a different {' and '.join(changed)} "
-                    f"({known[0]} over {known[2]}); pass --force to continue it with this one "
+                    f"({program} over {inputs}); pass --force to continue it with this one "
                     f"(finished rows are kept), choose another --job, or `kedi batch rm {job.name}`"
                 )
             if changed:
-                self._db.execute(
+                tx.execute(
                     "UPDATE batch_jobs SET program = ?, program_digest = ?, inputs = ?, inputs_digest = ? WHERE job = ?",
                     (job.program, job.program_digest, job.inputs, job.inputs_digest, job.name),
                 )
 
-    def finished_keys(self, job: str, *, include_failed: bool) -> set[str]:
-        query = "SELECT key FROM batch_rows WHERE job = ?" + ("" if include_failed else " AND failed = 0")
-        return {key for (key,) in self._db.execute(query, (job,))}
+    def finished(self, job: str, *, include_failed: bool) -> dict[str, Outcome]:
+        query = "SELECT outcome FROM batch_rows WHERE job = ?" + ("" if include_failed else " AND failed = 0")
+        return {outcome.key: outcome for outcome in map(_outcome, self._query(query, (job,)))}
 
-    def record(self, job: str, outcome: Outcome, history: str | None) -> None:
+    def start_row(self, job: str, key: str, *, program: str, model: str) -> str:
+        name = session_name(job, key)
+        known = self.store.find_session(name)
+        if known is not None:
+            return known.id
+        return self.store.create_session(name=name, program=program, model=model).id
+
+    def record(self, job: str, outcome: Outcome, conversation: Conversation) -> None:
         text = json.dumps(outcome.to_dict(), ensure_ascii=False)
-        with self._transaction():
-            self._db.execute(
-                "INSERT OR REPLACE INTO batch_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job, outcome.key, outcome.position, int(outcome.failed), text, history, time.time()),
+        with self.store.transaction() as tx:
+            for key, lane in conversation.lanes.items():
+                if len(lane):
+                    messages = dump_lane_messages(key, lane.messages)
+                    turn = TurnRecord(session_id=outcome.session, lane=key, messages=messages, epoch=lane.epoch)
+                    tx.commit_turn(turn)
+            tx.execute(
+                "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
+                "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
+                "finished = excluded.finished",
+                (job, outcome.key, outcome.position, int(outcome.failed), text, time.time()),
             )
 
     def outcome(self, job: str, key: str) -> Outcome | None:
-        row = self._db.execute("SELECT outcome FROM batch_rows WHERE job = ? AND key = ?", (job, key)).fetchone()
-        return None if row is None else Outcome.from_dict(json.loads(row[0]))
+        rows = self._query("SELECT outcome FROM batch_rows WHERE job = ? AND key = ?", (job, key))
+        return _outcome(rows[0]) if rows else None
 
     def outcomes(self, job: str) -> Iterator[Outcome]:
-        cursor = self._db.execute("SELECT outcome FROM batch_rows WHERE job = ? ORDER BY position", (job,))
-        for (text,) in cursor:
-            yield Outcome.from_dict(json.loads(text))
-
-    def history(self, job: str, key: str) -> str | None:
-        """The conversation JSON recorded with the row (None without one)."""
-        row = self._db.execute("SELECT history FROM batch_rows WHERE job = ? AND key = ?", (job, key)).fetchone()
-        return None if row is None else row[0]
+        rows = self._query("SELECT outcome FROM batch_rows WHERE job = ? ORDER BY position", (job,))
+        return map(_outcome, rows)
 
     def job(self, job: str) -> JobInfo | None:
         return next(iter(self._jobs("WHERE j.job = ?", (job,))), None)
@@ -227,28 +228,24 @@ class SQLiteLedger:
     def _jobs(self, where: str, params: tuple[Any, ...]) -> list[JobInfo]:
         query = f"""
             SELECT j.job, j.program, j.program_digest, j.inputs, j.inputs_digest,
-                   COALESCE(SUM(r.failed = 0), 0), COALESCE(SUM(r.failed), 0)
+                   COALESCE(SUM(CASE WHEN r.failed = 0 THEN 1 ELSE 0 END), 0), COALESCE(SUM(r.failed), 0)
             FROM batch_jobs j LEFT JOIN batch_rows r ON r.job = j.job {where}
-            GROUP BY j.job ORDER BY j.created"""
-        return [JobInfo(*row) for row in self._db.execute(query, params)]
+            GROUP BY j.job, j.program, j.program_digest, j.inputs, j.inputs_digest, j.created
+            ORDER BY j.created"""
+        return [JobInfo(*row[:5], int(row[5]), int(row[6])) for row in self._query(query, params)]
 
     def remove(self, job: str) -> bool:
-        with self._transaction():
-            self._db.execute("DELETE FROM batch_rows WHERE job = ?", (job,))
-            return self._db.execute("DELETE FROM batch_jobs WHERE job = ?", (job,)).rowcount > 0
+        prefix = session_name(job, "").replace("%", "\\%").replace("_", "\\_")
+        sessions = self._query("SELECT id FROM sessions WHERE name LIKE ? ESCAPE '\\'", (prefix + "%",))
+        for (session_id,) in sessions:
+            self.store.delete_session(session_id)
+        with self.store.transaction() as tx:
+            tx.execute("DELETE FROM batch_rows WHERE job = ?", (job,))
+            return bool(tx.query("DELETE FROM batch_jobs WHERE job = ? RETURNING job", (job,)))
 
     def close(self) -> None:
-        self._db.close()
+        self.store.close()
 
 
-class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT` (or `ROLLBACK` on an error)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *rest: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+def _outcome(row: tuple[Any, ...]) -> Outcome:
+    return Outcome.from_dict(json.loads(row[0]))

@@ -10,7 +10,7 @@ in one ledger transaction before returning it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -18,7 +18,7 @@ from pydantic_core import to_jsonable_python
 from kedi.adapters import create_adapter
 from kedi.adapters.base import Adapter
 from kedi.batch.inputs import Row
-from kedi.batch.ledger import Outcome, SQLiteLedger
+from kedi.batch.ledger import Outcome, StoreLedger
 from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
 from kedi.errors import KediConfigError, KediError
 from kedi.history.lanes import Conversation
@@ -32,7 +32,8 @@ class BatchSpec:
     job: str
     program_source: str
     program_path: str
-    ledger_path: str
+    store: str = field(repr=False)
+    """The history store's location (a path or a DSN, which may hold a password: never shown)."""
     adapter: str | None = None
     model: str | None = None
     base_url: str | None = None
@@ -58,7 +59,7 @@ class RowRunner:
         self.spec = spec
         self.program = compile_program(spec.program_source, path=spec.program_path)
         self.adapter = build_adapter(spec, gate)
-        self.ledger = SQLiteLedger(spec.ledger_path)
+        self.ledger = StoreLedger(spec.store)
 
     async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
         """Run `row` and record its outcome.
@@ -71,7 +72,10 @@ class RowRunner:
             if known is not None:
                 return known
         usage = start_row_usage()
-        conversation = Conversation()
+        session = self.ledger.start_row(
+            self.spec.job, row.key, program=self.spec.program_path, model=self.spec.model or ""
+        )
+        conversation = Conversation(session)
         value: Any = None
         error: dict[str, str] | None = None
         try:
@@ -91,7 +95,7 @@ class RowRunner:
             usage=usage.as_dict(),
             session=conversation.conversation_id,
         )
-        self.ledger.record(self.spec.job, outcome, conversation.dumps())
+        self.ledger.record(self.spec.job, outcome, conversation)
         return outcome
 
     async def aclose(self) -> None:
