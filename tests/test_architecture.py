@@ -133,8 +133,15 @@ LAYERS = (
         ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.runtime"),
         ("kedi.adapters", "kedi.adapters.base", "kedi.adapters.resources"),
     ),
+    # `kedi batch` runs whole programs: it sits on the runtime and may build
+    # concrete adapters (it hands the openai adapter its rate-limited transport).
+    Layer(
+        "kedi.batch",
+        ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.adapters", "kedi.runtime", "kedi.batch"),
+    ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
+    Layer("kedi.cli_batch", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
 )
 

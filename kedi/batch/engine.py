@@ -118,8 +118,9 @@ def write_results(outcomes: Iterable[Outcome], path: Path) -> int:
     """Write outcomes (already in input order) to `path` atomically; return how many."""
     results = OrderedResults(path)
     written = 0
-    for written, outcome in enumerate(outcomes, start=1):
-        results._write(outcome)
+    for outcome in outcomes:
+        results.put(replace(outcome, position=written))
+        written += 1
     results.close()
     return written
 
@@ -182,10 +183,11 @@ async def run_batch(
                     counts.skipped += 1
                     results.put(replace(known, position=row.position))
                     continue
+                await window.enter(engine.concurrency())
                 if max_errors is not None and counts.failed >= max_errors:
+                    window.leave()
                     stopped = f"stopped after {counts.failed} failed rows (--max-errors {max_errors})"
                     break
-                await window.enter(engine.concurrency())
                 group.start_soon(run_one, row)
     finally:
         results.close()

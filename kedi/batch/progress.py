@@ -76,7 +76,8 @@ class Progress:
         self._task: Any = None
         if not quiet and self._stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn
+            from rich.progress import BarColumn, TextColumn
+            from rich.progress import Progress as RichProgress
 
             self._live = RichProgress(
                 BarColumn(), TextColumn("{task.description}"), console=Console(file=self._stream), transient=False

@@ -97,7 +97,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ExtraNotInstalledError("--engine ray needs Ray: pip install 'kedi[ray]'") from None
+        raise ExtraNotInstalledError("ray", "ray") from None
     return ray
 
 

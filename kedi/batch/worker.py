@@ -10,6 +10,7 @@ in one ledger transaction before returning it.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from kedi.adapters.base import Adapter
 from kedi.batch.inputs import Row
 from kedi.batch.ledger import Outcome, StoreLedger
 from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
-from kedi.errors import KediConfigError, KediError
+from kedi.errors import KediConfigError, KediExecutionError
 from kedi.history.lanes import Conversation
 from kedi.runtime.program import compile_program
 
@@ -40,16 +41,33 @@ class BatchSpec:
 
 
 def build_adapter(spec: BatchSpec, gate: Gate) -> Adapter:
-    """The adapter every row shares, gated by the job's limits and counting usage."""
-    adapter = create_adapter(spec.adapter, spec.model)
-    from kedi.adapters.openai import OpenAIAdapter
+    """The adapter every row shares, gated by the job's limits and counting usage.
 
-    if isinstance(adapter, OpenAIAdapter):
-        adapter = OpenAIAdapter(spec.model, base_url=spec.base_url, transport=GatedTransport(gate))
-        return instrument(adapter, gate, gates_requests=False)
+    An adapter whose class takes an httpx `transport` and a `base_url` (the
+    OpenAI-compatible one) is rebuilt with the job's `GatedTransport`, so each
+    HTTP request (retries included) passes the gate; any other adapter is
+    gated once per model call.
+    """
+    adapter = create_adapter(spec.adapter, spec.model)
+    parameters = inspect.signature(type(adapter)).parameters
+    if "transport" in parameters and "base_url" in parameters:
+        rebuilt = type(adapter)(spec.model, base_url=spec.base_url, transport=GatedTransport(gate))  # type: ignore[call-arg]
+        return instrument(rebuilt, gate, gates_requests=False)
     if spec.base_url is not None:
         raise KediConfigError(f"--base-url applies to the openai adapter, not {adapter.shortname!r}")
     return instrument(adapter, gate, gates_requests=True)
+
+
+def describe_error(failure: Exception) -> dict[str, str]:
+    """A row's error as RESULTS shows it: the cause's type, its message, and where (`file:line`)."""
+    if isinstance(failure, KediExecutionError):
+        cause = failure.original if failure.original is not None else failure
+        spans = [frame.span for frame in failure.frames if frame.span is not None]
+        error = {"type": type(cause).__name__, "message": failure.message}
+        if spans:
+            error["where"] = f"{spans[-1].path}:{spans[-1].line}"
+        return error
+    return {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
 
 
 class RowRunner:
@@ -83,10 +101,8 @@ class RowRunner:
                 args=row.args, adapter=self.adapter, model=self.spec.model, conversation=conversation, quiet=True
             )
             value = to_jsonable_python(result, fallback=str)
-        except KediError as failure:
-            error = {"type": type(failure).__name__, "message": str(failure)}
         except Exception as failure:  # a bug in one row must not end the job; the row says what it was
-            error = {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
+            error = describe_error(failure)
         outcome = Outcome(
             key=row.key,
             position=row.position,
