@@ -66,3 +66,48 @@ def run_batch(paths: dict[str, Path], *options: str, timeout: float = 120) -> su
 
 def results(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class CountingServer:
+    """`counting_server` in a subprocess; a context manager giving its base URL and stats."""
+
+    def __init__(self, *options: str) -> None:
+        self._options = options
+        self._process: subprocess.Popen[str] | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> CountingServer:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.batch.counting_server", *self._options],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line.startswith("PORT "):
+            self._process.kill()
+            raise RuntimeError(f"the counting server did not start: {line!r}")
+        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+        return self
+
+    def stats(self) -> dict[str, list[float]]:
+        import httpx
+
+        return httpx.get(self.base_url + "/stats", timeout=10).json()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(timeout=10)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    """The most arrivals inside any `window` seconds."""
+    times = sorted(times)
+    best, start = 0, 0
+    for end, moment in enumerate(times):
+        while moment - times[start] > window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
