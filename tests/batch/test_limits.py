@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kedi.batch.limits import RateLimiter
-from tests.batch.helpers import CountingServer, max_in_window, results, run_batch, write_job
+from tests.batch.helpers import CountingServer, max_in_window, results, write_job
 
 
 class Clock:
