@@ -103,6 +103,11 @@ def import_ray() -> Any:
 
 def init_ray(address: str) -> bool:
     """Connect to (or, for `local`, start) a Ray cluster; True when this call started it."""
+    if address == "local":
+        # Ray resolves 127.0.0.1 to the machine's network address unless told this
+        # is a single-machine cluster (read when Ray is imported): a private
+        # cluster stays on the loopback address.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ray = import_ray()
     if ray.is_initialized():
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -43,10 +44,18 @@ def write_job(tmp_path: Path, rows: int, *, max_delay_ms: int = 0, seed: int = 0
 
 def environment(store: Path) -> dict[str, str]:
     """The environment of a `kedi batch` subprocess: this worktree's kedi, a private store."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(store), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(store), **private_ray(store.parent)}
     env.pop("KEDI_MODEL", None)
     env.pop("KEDI_ADAPTER", None)
     return env
+
+
+def private_ray(folder: Path) -> dict[str, str]:
+    """Ray settings for a test cluster: no usage stats, token auth on a token of its own (not ~/.ray)."""
+    token = folder / "ray-token"
+    if not token.exists():
+        token.write_text(secrets.token_hex(32))
+    return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
 
 
 def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
