@@ -10,12 +10,14 @@ machines, chosen by `KEDI_HISTORY`), in two tables of its own (component
 - `batch_rows`: one row per finished row: its position, whether it failed,
   and its outcome (JSON), keyed by (job, row key).
 
-Each row runs in a session of its own, named `batch/<job>/<key>`, created
-when the row starts. When the row ends, ONE store transaction commits the
-turns of its conversation and its `batch_rows` line, so a crash leaves both
-or neither. A row with a line is finished: a resumed batch skips it (a failed
-one too, unless `--retry-errors`). A row whose session exists without a line
-was cut off mid-row; it runs again in the same session.
+Each row's conversation is a session of its own, named `batch/<job>/<key>`.
+When the row ends, ONE store transaction creates its session (or, for a
+retried row, reuses it), commits the turns of its conversation and writes its
+`batch_rows` line, so a crash leaves all or nothing. A row with a line is
+finished: a resumed batch skips it (a failed one too, unless
+`--retry-errors`); a row cut off mid-way left nothing and runs again.
+Finished rows are committed in groups (`GroupCommitter`): one transaction,
+one disk sync, for the rows that finished while the last one was written.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from kedi.errors import KediConfigError, KediUsageError
@@ -103,11 +105,12 @@ class Ledger(Protocol):
     def finished(self, job: str, *, include_failed: bool) -> dict[str, Outcome]:
         """The outcomes of the rows a resumed run skips, by key."""
 
-    def start_row(self, job: str, key: str, *, program: str, model: str) -> str:
-        """The session id of the row's conversation (the one a cut-off row already had, if any)."""
+    def record_many(self, job: str, rows: Sequence[tuple[Outcome, Conversation]]) -> list[Outcome]:
+        """Commit finished rows (each row's session, turns and outcome) in one transaction.
 
-    def record(self, job: str, outcome: Outcome, conversation: Conversation) -> None:
-        """Commit the row's turns and outcome in one transaction (a retried row replaces its failure)."""
+        Returns the outcomes as recorded: a retried row keeps the session of its
+        first attempt, and its new outcome replaces the failed one.
+        """
 
     def outcome(self, job: str, key: str) -> Outcome | None:
         """The row's recorded outcome, if any."""
@@ -145,7 +148,9 @@ def session_name(job: str, key: str) -> str:
 class StoreLedger:
     """The `Ledger` in kedi's history store (see the module docstring)."""
 
-    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, location: str | os.PathLike[str] | None = None, *, program: str = "", model: str = "") -> None:
+        """Open the store at `location` (default: `KEDI_HISTORY`); rows' sessions record `program` and `model`."""
+        self._program, self._model = program, model
         store = open_store(location, busy_timeout=BUSY_TIMEOUT)
         if store is None:
             raise KediConfigError("kedi batch records its rows in the history store; KEDI_HISTORY=off disables it")
@@ -189,27 +194,32 @@ class StoreLedger:
         query = "SELECT outcome FROM batch_rows WHERE job = ?" + ("" if include_failed else " AND failed = 0")
         return {outcome.key: outcome for outcome in map(_outcome, self._query(query, (job,)))}
 
-    def start_row(self, job: str, key: str, *, program: str, model: str) -> str:
-        name = session_name(job, key)
-        known = self.store.find_session(name)
-        if known is not None:
-            return known.id
-        return self.store.create_session(name=name, program=program, model=model).id
-
-    def record(self, job: str, outcome: Outcome, conversation: Conversation) -> None:
-        text = json.dumps(outcome.to_dict(), ensure_ascii=False)
+    def record_many(self, job: str, rows: Sequence[tuple[Outcome, Conversation]]) -> list[Outcome]:
+        recorded = []
         with self.store.transaction() as tx:
-            for key, lane in conversation.lanes.items():
-                if len(lane):
-                    messages = dump_lane_messages(key, lane.messages)
-                    turn = TurnRecord(session_id=outcome.session, lane=key, messages=messages, epoch=lane.epoch)
-                    tx.commit_turn(turn)
-            tx.execute(
-                "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
-                "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
-                "finished = excluded.finished",
-                (job, outcome.key, outcome.position, int(outcome.failed), text, time.time()),
-            )
+            for outcome, conversation in rows:
+                now = time.time()
+                # The row's session, created here so that it commits with the row. (The
+                # store has no transaction-level create_session; these are its columns.)
+                ((session,),) = tx.query(
+                    "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
+                    "VALUES (?, ?, ?, ?, NULL, ?, ?, 0) ON CONFLICT (name) DO UPDATE SET updated = excluded.updated "
+                    "RETURNING id",
+                    (outcome.session, session_name(job, outcome.key), self._program, self._model, now, now),
+                )
+                outcome = replace(outcome, session=session)
+                for key, lane in conversation.lanes.items():
+                    if len(lane):
+                        messages = dump_lane_messages(key, lane.messages)
+                        tx.commit_turn(TurnRecord(session_id=session, lane=key, messages=messages, epoch=lane.epoch))
+                tx.execute(
+                    "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
+                    "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
+                    "finished = excluded.finished",
+                    (job, outcome.key, outcome.position, int(outcome.failed), json.dumps(outcome.to_dict()), now),
+                )
+                recorded.append(outcome)
+        return recorded
 
     def outcome(self, job: str, key: str) -> Outcome | None:
         rows = self._query("SELECT outcome FROM batch_rows WHERE job = ? AND key = ?", (job, key))

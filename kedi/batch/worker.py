@@ -5,7 +5,8 @@ Ray actor its own): the program compiled once, one adapter instance shared by
 every row it runs (one connection pool, instrumented by `metering`), and a
 ledger connection. `run` binds the row to `args`, runs the program in a
 fresh conversation, and records the outcome with the conversation's history
-in one ledger transaction before returning it.
+with the conversation's history (one ledger transaction, shared with the
+rows that finish at the same time: `committer`) before returning it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic_core import to_jsonable_python
 
 from kedi.adapters import create_adapter
 from kedi.adapters.base import Adapter
+from kedi.batch.committer import GroupCommitter
 from kedi.batch.inputs import Row
 from kedi.batch.ledger import Outcome, StoreLedger
 from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
@@ -78,6 +80,10 @@ class RowRunner:
         self.program = compile_program(spec.program_source, path=spec.program_path)
         self.adapter = build_adapter(spec, gate)
         self.ledger = StoreLedger(spec.store)
+        self.committer = GroupCommitter(
+            spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
+        )
+        self.committer.start()
 
     async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
         """Run `row` and record its outcome.
@@ -90,10 +96,7 @@ class RowRunner:
             if known is not None:
                 return known
         usage = start_row_usage()
-        session = self.ledger.start_row(
-            self.spec.job, row.key, program=self.spec.program_path, model=self.spec.model or ""
-        )
-        conversation = Conversation(session)
+        conversation = Conversation()
         value: Any = None
         error: dict[str, str] | None = None
         try:
@@ -111,11 +114,11 @@ class RowRunner:
             usage=usage.as_dict(),
             session=conversation.conversation_id,
         )
-        self.ledger.record(self.spec.job, outcome, conversation)
-        return outcome
+        return await self.committer.record(outcome, conversation)
 
     async def aclose(self) -> None:
-        """Close the ledger connection and the adapter's transport."""
+        """Commit what is waiting; close the ledger connections and the adapter's transport."""
+        self.committer.close()
         self.ledger.close()
         transport = getattr(self.adapter, "_transport", None)
         if transport is not None:
