@@ -66,8 +66,9 @@ async def httpx_loop(base_url: str, rows: int, parallel: int, body_of) -> float:
     for row in range(rows):
         queue.put_nowait(row)
     values: dict[int, str] = {}
-    limits = httpx.Limits(max_connections=parallel, max_keepalive_connections=parallel)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+    # httpx's default pool, as a hand-written loop would use it. (Limits of 64
+    # connections with 64 kept alive measured 3x slower here: 60 against 198 rows/s.)
+    async with httpx.AsyncClient(timeout=60) as client:
 
         async def worker() -> None:
             while not queue.empty():

@@ -191,3 +191,17 @@ def test_engine_ray_without_ray_says_which_extra(tmp_path: Path, store: Path, mo
     result = batch(paths, "--engine", "ray")
     assert result.exit_code == 1
     assert 'pip install "kedi[ray]"' in result.stderr
+
+
+def test_the_shipped_example_runs(tmp_path: Path, store: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "batch"
+    out = tmp_path / "triage.results.jsonl"
+    result = invoke(
+        str(example / "triage.kedi"), str(example / "tickets.jsonl"), "--out", str(out), "--id-field", "id",
+        "--model", f"script:{example / 'triage.replies.json'}", "--quiet",
+    )
+    assert result.exit_code == 0, result.output
+    lines = results(out)
+    assert [line["key"] for line in lines] == [f"T-{n}" for n in range(1001, 1011)]
+    assert lines[1]["value"] == {"category": "bug", "urgent": True}
+    assert sum(line["value"]["urgent"] for line in lines) == 3
