@@ -1,23 +1,23 @@
-"""Running one row: a compiled program, its shared adapter, and the ledger write.
+"""Running one row: a compiled program, its shared adapters, and the ledger write.
 
 A `RowRunner` is what each engine's worker holds (the local engine one, each
-Ray actor its own): the program compiled once, one adapter instance shared by
-every row it runs (one connection pool, instrumented by `metering`), and a
-ledger connection. `run` binds the row to `args`, runs the program in a
-fresh conversation, and records the outcome with the conversation's history
-with the conversation's history (one ledger transaction, shared with the
-rows that finish at the same time: `committer`) before returning it.
+Ray actor its own): the program compiled once, an `AdapterPool` whose
+adapters every row it runs shares (one connection pool per adapter,
+instrumented by `metering`), and a ledger connection. `run` binds the row to
+`args`, runs the program in a fresh conversation, and records the outcome
+with the conversation's history (one ledger transaction, shared with the rows
+that finish at the same time: `committer`) before returning it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from kedi.adapters import create_adapter
 from kedi.adapters.base import Adapter
 from kedi.batch.committer import GroupCommitter
 from kedi.batch.inputs import Row
@@ -25,6 +25,7 @@ from kedi.batch.ledger import Outcome, StoreLedger
 from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
 from kedi.errors import KediConfigError, KediExecutionError
 from kedi.history.lanes import Conversation
+from kedi.runtime import calls as calls_module
 from kedi.runtime.program import compile_program
 
 
@@ -42,22 +43,64 @@ class BatchSpec:
     base_url: str | None = None
 
 
-def build_adapter(spec: BatchSpec, gate: Gate) -> Adapter:
-    """The adapter every row shares, gated by the job's limits and counting usage.
+class AdapterPool:
+    """The adapters of one worker, one per (adapter, model) name pair, shared by all its rows.
 
-    An adapter whose class takes an httpx `transport` and a `base_url` (the
-    OpenAI-compatible one) is rebuilt with the job's `GatedTransport`, so each
+    Rows name their adapters as `kedi run` does (`--adapter/--model`, then the
+    program's own `> adapter:` / `> model:` directives), and the runtime builds
+    each through `create_adapter`. While a row runs, `batch_adapters` routes
+    those builds here, so every row of the worker shares one instance per
+    pair (one connection pool), rate-limited and counting usage. An adapter
+    whose class takes an httpx `transport` and a `base_url` (the
+    OpenAI-compatible one) is built with the job's `GatedTransport`, so each
     HTTP request (retries included) passes the gate; any other adapter is
     gated once per model call.
     """
-    adapter = create_adapter(spec.adapter, spec.model)
-    parameters = inspect.signature(type(adapter)).parameters
-    if "transport" in parameters and "base_url" in parameters:
-        rebuilt = type(adapter)(spec.model, base_url=spec.base_url, transport=GatedTransport(gate))  # type: ignore[call-arg]
-        return instrument(rebuilt, gate, gates_requests=False)
-    if spec.base_url is not None:
-        raise KediConfigError(f"--base-url applies to the openai adapter, not {adapter.shortname!r}")
-    return instrument(adapter, gate, gates_requests=True)
+
+    def __init__(self, gate: Gate, base_url: str | None) -> None:
+        self._gate = gate
+        self._base_url = base_url
+        self._adapters: dict[tuple[Any, Any], Adapter] = {}
+
+    def get(self, adapter: Any, model: str | None) -> Adapter:
+        key = (adapter, model)
+        instance = self._adapters.get(key)
+        if instance is None:
+            instance = self._adapters[key] = self._build(adapter, model)
+        return instance
+
+    def _build(self, adapter: Any, model: str | None) -> Adapter:
+        instance = _create_adapter(adapter, model)
+        parameters = inspect.signature(type(instance)).parameters
+        if "transport" in parameters and "base_url" in parameters:
+            transport = GatedTransport(self._gate)
+            rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]
+            return instrument(rebuilt, self._gate, gates_requests=False)
+        if self._base_url is not None:
+            raise KediConfigError(f"--base-url applies to the openai adapter, not {instance.shortname!r}")
+        return instrument(instance, self._gate, gates_requests=True)
+
+    async def aclose(self) -> None:
+        """Close the transports the pool opened."""
+        for instance in self._adapters.values():
+            transport = getattr(instance, "_transport", None)
+            if isinstance(transport, GatedTransport):
+                await transport.aclose()
+
+
+_pool: contextvars.ContextVar[AdapterPool | None] = contextvars.ContextVar("kedi_batch_adapters", default=None)
+_create_adapter = calls_module.create_adapter
+
+
+def _batch_create_adapter(adapter: Any, model: str | None) -> Adapter:
+    """`create_adapter` as the runtime sees it: from the row's pool inside a batch row."""
+    pool = _pool.get()
+    return pool.get(adapter, model) if pool is not None else _create_adapter(adapter, model)
+
+
+# The runtime has no hook for who builds a run's adapters; this name is the one
+# it calls. Outside a batch row the original function runs, unchanged.
+calls_module.create_adapter = _batch_create_adapter  # type: ignore[attr-defined]
 
 
 def describe_error(failure: Exception) -> dict[str, str]:
@@ -78,7 +121,7 @@ class RowRunner:
     def __init__(self, spec: BatchSpec, gate: Gate) -> None:
         self.spec = spec
         self.program = compile_program(spec.program_source, path=spec.program_path)
-        self.adapter = build_adapter(spec, gate)
+        self.adapters = AdapterPool(gate, spec.base_url)
         self.ledger = StoreLedger(spec.store)
         self.committer = GroupCommitter(
             spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
@@ -96,12 +139,13 @@ class RowRunner:
             if known is not None:
                 return known
         usage = start_row_usage()
+        _pool.set(self.adapters)
         conversation = Conversation()
         value: Any = None
         error: dict[str, str] | None = None
         try:
             result = await self.program.run(
-                args=row.args, adapter=self.adapter, model=self.spec.model, conversation=conversation, quiet=True
+                args=row.args, adapter=self.spec.adapter, model=self.spec.model, conversation=conversation, quiet=True
             )
             value = to_jsonable_python(result, fallback=str)
         except Exception as failure:  # a bug in one row must not end the job; the row says what it was
@@ -120,6 +164,4 @@ class RowRunner:
         """Commit what is waiting; close the ledger connections and the adapter's transport."""
         self.committer.close()
         self.ledger.close()
-        transport = getattr(self.adapter, "_transport", None)
-        if transport is not None:
-            await transport.aclose()
+        await self.adapters.aclose()

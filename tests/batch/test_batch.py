@@ -205,3 +205,11 @@ def test_the_shipped_example_runs(tmp_path: Path, store: Path) -> None:
     assert [line["key"] for line in lines] == [f"T-{n}" for n in range(1001, 1011)]
     assert lines[1]["value"] == {"category": "bug", "urgent": True}
     assert sum(line["value"]["urgent"] for line in lines) == 3
+
+
+def test_the_programs_own_model_directive_is_honoured(tmp_path: Path, store: Path) -> None:
+    paths = write_job(tmp_path, 3)
+    paths["program"].write_text(f"> model: script:{paths['script']}\n" + paths["program"].read_text())
+    result = invoke(str(paths["program"]), str(paths["inputs"]), "--out", str(paths["out"]), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [line["value"] for line in results(paths["out"])] == [label(n) for n in range(3)]
