@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Protocol
@@ -34,7 +34,7 @@ from kedi.batch.worker import BatchSpec, RowRunner
 class Engine(Protocol):
     """Where rows run: in this process, or on Ray actors."""
 
-    def session(self) -> AsyncIterator[None]:
+    def session(self) -> AbstractAsyncContextManager[None]:
         """An async context manager around the whole run (workers start and stop)."""
 
     async def run_row(self, row: Row) -> Outcome:

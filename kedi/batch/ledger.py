@@ -242,7 +242,10 @@ class StoreLedger:
             FROM batch_jobs j LEFT JOIN batch_rows r ON r.job = j.job {where}
             GROUP BY j.job, j.program, j.program_digest, j.inputs, j.inputs_digest, j.created
             ORDER BY j.created"""
-        return [JobInfo(*row[:5], int(row[5]), int(row[6])) for row in self._query(query, params)]
+        return [
+            JobInfo(row[0], row[1], row[2], row[3], row[4], succeeded=int(row[5]), failed=int(row[6]))
+            for row in self._query(query, params)
+        ]
 
     def remove(self, job: str) -> bool:
         prefix = session_name(job, "").replace("%", "\\%").replace("_", "\\_")

@@ -27,7 +27,8 @@ async def kill_actor(folder: Path, base_url: str) -> dict[str, object]:
     inputs = Inputs.open(str(folder / "rows.jsonl"))
     store = str(folder / "history.db")
     ledger = StoreLedger(store)
-    ledger.open_job(JobInfo("killed", str(program), *job_fingerprint(source, inputs)[:1], "rows.jsonl", inputs.digest()), force=False)
+    program_digest, inputs_digest = job_fingerprint(source, inputs)
+    ledger.open_job(JobInfo("killed", str(program), program_digest, "rows.jsonl", inputs_digest), force=False)
     spec = BatchSpec(job="killed", program_source=source, program_path=str(program), store=store,
                      adapter="openai", model="test-model", base_url=base_url)
     engine = RayEngine(spec, address="local", actors=2, rpm=600, tpm=None, parallel=8)
