@@ -203,7 +203,12 @@ def check(file: str | None, command: str | None) -> None:
     click.echo("Checked successfully.")
 
 
-# `kedi batch` lives in its own module (it imports only click at load time).
-from kedi.cli_batch import batch  # noqa: E402
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False
+)
+@click.pass_context
+def batch(ctx: click.Context) -> None:
+    """Run one program over every row of a dataset, resumably (kedi batch --help)."""
+    from kedi.cli_batch import batch as batch_group  # loaded only when used, as `kedi --help` must stay light
 
-main.add_command(batch)
+    batch_group.main(ctx.args, prog_name=ctx.command_path)

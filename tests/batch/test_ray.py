@@ -74,8 +74,12 @@ def test_an_actor_killed_mid_row_loses_and_duplicates_nothing_and_rpm_holds(tmp_
     # Rows in flight on the dead actor were sent again; no other row was.
     resent = len(stats["prompts"]) - 40
     assert 0 <= resent <= 4, f"{resent} rows sent twice (an actor holds at most 4)"
-    # 600 rpm = 10 a second, for both actors together.
-    assert max_in_window(stats["arrivals"], 1.0) <= 11
+    # 600 rpm = 10 a second, for both actors together. Sends are booked 0.1 s
+    # apart; arrivals jitter by the actors' scheduling (under 0.1 s here), so a
+    # 1 s window may see one more than its 10 + 1. Over the run the rate holds.
+    arrivals = sorted(stats["arrivals"])
+    assert max_in_window(arrivals, 1.0) <= 12
+    assert (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]) <= 10.5
 
 
 def free_port() -> int:
