@@ -209,6 +209,7 @@ def check(file: str | None, command: str | None) -> None:
 @click.pass_context
 def batch(ctx: click.Context) -> None:
     """Run one program over every row of a dataset, resumably (kedi batch --help)."""
-    from kedi.cli_batch import batch as batch_group  # loaded only when used, as `kedi --help` must stay light
+    # Loaded only when used: `kedi --help` must stay light.
+    from kedi.cli_batch import batch as batch_group
 
     batch_group.main(ctx.args, prog_name=ctx.command_path)
