@@ -29,7 +29,7 @@ import click
 
 from kedi.errors import KediError
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history", "serve-local")
+_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history", "serve-local", "batch")
 EXIT_OUTPUT_FAILED = 74
 """The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
 _OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
@@ -474,3 +474,15 @@ def serve_local(port: int, host: str, model_path: str | None) -> None:
         serve(host=host, port=port, model_path=model_path)
     except KediError as error:
         _fail(error)
+
+
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False
+)
+@click.pass_context
+def batch(ctx: click.Context) -> None:
+    """Run one program over every row of a dataset, resumably (kedi batch --help)."""
+    # Loaded only when used: `kedi --help` must stay light.
+    from kedi.cli_batch import batch as batch_group
+
+    batch_group.main(ctx.args, prog_name=ctx.command_path)

@@ -140,6 +140,12 @@ LAYERS = (
     ),
     # The documented adapter names: the adapters package and the processor context.
     Layer("kedi.agent_adapter", ("kedi.adapters", "kedi.history")),
+    # `kedi batch` runs whole programs: it sits on the runtime and may build
+    # concrete adapters (it hands the openai adapter its rate-limited transport).
+    Layer(
+        "kedi.batch",
+        ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.adapters", "kedi.runtime", "kedi.batch"),
+    ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
     Layer("kedi.cli_transcript", _ANYTHING),
@@ -149,6 +155,7 @@ LAYERS = (
     Layer("kedi.cli_output", _ANYTHING),
     Layer("kedi.cli_options", _ANYTHING),
     Layer("kedi.cli_local", _ANYTHING),
+    Layer("kedi.cli_batch", _ANYTHING),
     Layer("kedi.__main__", _ANYTHING),
     Layer("kedi.cli_package", _ANYTHING),
     Layer("kedi.cli_suites", _ANYTHING),

@@ -1,0 +1,1 @@
+"""Running one program over a dataset: `kedi batch` (see docs/batch.md)."""

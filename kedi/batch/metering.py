@@ -1,0 +1,158 @@
+"""Where a batch meets its model calls: rate-limit gates, 429s and per-row usage.
+
+A batch shares one adapter instance across its rows (one connection pool).
+Two hooks on it see every request:
+
+- `GatedTransport`, for the OpenAI-compatible adapter, sits under its httpx
+  client: each HTTP request (retries and tool rounds included, which is what
+  a provider counts) waits for the job's gate, and a 429 reply pauses the
+  whole job for its `Retry-After` and lowers the concurrency.
+- `instrument` wraps the adapter instance's `request` (the one entry point
+  the runtime calls): it adds each call's usage to the row being run, charges
+  its tokens to the job's budget, and, for adapters that do not speak HTTP
+  through kedi, gates each call as one request. It wraps the instance, not
+  the class, so the runtime still sees the adapter's own class and profile.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import httpx
+
+from kedi.adapters._openai_wire import retry_after
+from kedi.adapters.base import Adapter, CallRequest, CallResult, Usage
+from kedi.batch.limits import LimiterState, RateLimiter
+from kedi.errors import AdapterError, RateLimitError
+
+
+class Gate(Protocol):
+    """The job's limiter as one sender sees it (local, or a Ray actor far away)."""
+
+    async def before_request(self) -> None:
+        """Wait until the job may send one more request."""
+
+    def charge(self, tokens: int) -> None:
+        """Take a finished call's tokens from the job's budget."""
+
+    def throttled(self, retry_after: float | None) -> None:
+        """Report a 429."""
+
+    def succeeded(self) -> None:
+        """Report a request that went through."""
+
+
+class LocalGate:
+    """A `Gate` over a `RateLimiter` in this process."""
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self.limiter = limiter
+
+    async def before_request(self) -> None:
+        delay = self.limiter.reserve()
+        if delay > 0:
+            await anyio.sleep(delay)
+
+    def charge(self, tokens: int) -> None:
+        self.limiter.charge(tokens)
+
+    def throttled(self, retry_after: float | None) -> None:
+        self.limiter.throttled(retry_after)
+
+    def succeeded(self) -> None:
+        self.limiter.succeeded()
+
+    def state(self) -> LimiterState:
+        return self.limiter.state()
+
+
+class GatedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport whose every request passes the job's gate first."""
+
+    def __init__(self, gate: Gate, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self._gate = gate
+        self._inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._gate.before_request()
+        response = await self._inner.handle_async_request(request)
+        if response.status_code == 429:
+            self._gate.throttled(retry_after(response.headers))
+        elif response.status_code < 500:
+            self._gate.succeeded()
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@dataclass(slots=True)
+class RowUsage:
+    """The usage of one row's calls, summed as they finish."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    tool_calls: int = 0
+
+    def add(self, usage: Usage | None) -> None:
+        if usage is None:
+            return
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.requests += usage.requests
+        self.tool_calls += usage.tool_calls
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "requests": self.requests,
+            "tool_calls": self.tool_calls,
+        }
+
+
+_row_usage: contextvars.ContextVar[RowUsage | None] = contextvars.ContextVar("kedi_batch_row_usage", default=None)
+
+
+def start_row_usage() -> RowUsage:
+    """Count the usage of the calls made from here on in this task (one row's run)."""
+    usage = RowUsage()
+    _row_usage.set(usage)
+    return usage
+
+
+def instrument(adapter: Adapter, gate: Gate, *, gates_requests: bool) -> Adapter:
+    """Make `adapter` report usage and tokens (and, with `gates_requests`, wait for the gate)."""
+    inner: Callable[[CallRequest], Awaitable[CallResult]] = adapter.request
+
+    async def request(call: CallRequest) -> CallResult:
+        if gates_requests:
+            await gate.before_request()
+        try:
+            result = await inner(call)
+        except AdapterError as error:
+            _count(gate, getattr(error.partial, "usage", None))
+            if gates_requests and isinstance(error, RateLimitError):
+                gate.throttled(None)
+            raise
+        if gates_requests:
+            gate.succeeded()
+        _count(gate, result.usage)
+        return result
+
+    adapter.request = request  # type: ignore[method-assign,assignment]
+    return adapter
+
+
+def _count(gate: Gate, usage: Any) -> None:
+    if not isinstance(usage, Usage):
+        return
+    row = _row_usage.get()
+    if row is not None:
+        row.add(usage)
+    gate.charge(usage.input_tokens + usage.output_tokens)

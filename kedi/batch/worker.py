@@ -1,0 +1,167 @@
+"""Running one row: a compiled program, its shared adapters, and the ledger write.
+
+A `RowRunner` is what each engine's worker holds (the local engine one, each
+Ray actor its own): the program compiled once, an `AdapterPool` whose
+adapters every row it runs shares (one connection pool per adapter,
+instrumented by `metering`), and a ledger connection. `run` binds the row to
+`args`, runs the program in a fresh conversation, and records the outcome
+with the conversation's history (one ledger transaction, shared with the rows
+that finish at the same time: `committer`) before returning it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from kedi.adapters.base import Adapter
+from kedi.batch.committer import GroupCommitter
+from kedi.batch.inputs import Row
+from kedi.batch.ledger import Outcome, StoreLedger
+from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
+from kedi.errors import KediConfigError, KediExecutionError
+from kedi.history.lanes import Conversation
+from kedi.runtime import calls as calls_module
+from kedi.runtime.program import compile_program
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """Everything a worker needs to run a job's rows (plain data: Ray ships it to actors)."""
+
+    job: str
+    program_source: str
+    program_path: str
+    store: str = field(repr=False)
+    """The history store's location (a path or a DSN, which may hold a password: never shown)."""
+    adapter: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+
+
+class AdapterPool:
+    """The adapters of one worker, one per (adapter, model) name pair, shared by all its rows.
+
+    Rows name their adapters as `kedi run` does (`--adapter/--model`, then the
+    program's own `> adapter:` / `> model:` directives), and the runtime builds
+    each through `create_adapter`. While a row runs, `batch_adapters` routes
+    those builds here, so every row of the worker shares one instance per
+    pair (one connection pool), rate-limited and counting usage. An adapter
+    whose class takes an httpx `transport` and a `base_url` (the
+    OpenAI-compatible one) is built with the job's `GatedTransport`, so each
+    HTTP request (retries included) passes the gate; any other adapter is
+    gated once per model call.
+    """
+
+    def __init__(self, gate: Gate, base_url: str | None) -> None:
+        self._gate = gate
+        self._base_url = base_url
+        self._adapters: dict[tuple[Any, Any], Adapter] = {}
+
+    def get(self, adapter: Any, model: str | None) -> Adapter:
+        key = (adapter, model)
+        instance = self._adapters.get(key)
+        if instance is None:
+            instance = self._adapters[key] = self._build(adapter, model)
+        return instance
+
+    def _build(self, adapter: Any, model: str | None) -> Adapter:
+        instance = _create_adapter(adapter, model)
+        parameters = inspect.signature(type(instance)).parameters
+        if "transport" in parameters and "base_url" in parameters:
+            transport = GatedTransport(self._gate)
+            rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]
+            return instrument(rebuilt, self._gate, gates_requests=False)
+        if self._base_url is not None:
+            raise KediConfigError(f"--base-url applies to the openai adapter, not {instance.shortname!r}")
+        return instrument(instance, self._gate, gates_requests=True)
+
+    async def aclose(self) -> None:
+        """Close the transports the pool opened."""
+        for instance in self._adapters.values():
+            transport = getattr(instance, "_transport", None)
+            if isinstance(transport, GatedTransport):
+                await transport.aclose()
+
+
+_pool: contextvars.ContextVar[AdapterPool | None] = contextvars.ContextVar("kedi_batch_adapters", default=None)
+_create_adapter = calls_module.create_adapter
+
+
+def _batch_create_adapter(adapter: Any, model: str | None) -> Adapter:
+    """`create_adapter` as the runtime sees it: from the row's pool inside a batch row."""
+    pool = _pool.get()
+    return pool.get(adapter, model) if pool is not None else _create_adapter(adapter, model)
+
+
+# The runtime has no hook for who builds a run's adapters; this name is the one
+# it calls. Outside a batch row the original function runs, unchanged.
+calls_module.create_adapter = _batch_create_adapter  # type: ignore[attr-defined]
+
+
+def describe_error(failure: Exception) -> dict[str, str]:
+    """A row's error as RESULTS shows it: the cause's type, its message, and where (`file:line`)."""
+    if isinstance(failure, KediExecutionError):
+        cause = failure.original if failure.original is not None else failure
+        spans = [frame.span for frame in failure.frames if frame.span is not None]
+        error = {"type": type(cause).__name__, "message": failure.message}
+        if spans:
+            error["where"] = f"{spans[-1].path}:{spans[-1].line}"
+        return error
+    return {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
+
+
+class RowRunner:
+    """Runs rows of one job and records each outcome in the ledger."""
+
+    def __init__(self, spec: BatchSpec, gate: Gate) -> None:
+        self.spec = spec
+        self.program = compile_program(spec.program_source, path=spec.program_path)
+        self.adapters = AdapterPool(gate, spec.base_url)
+        self.ledger = StoreLedger(spec.store)
+        self.committer = GroupCommitter(
+            spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
+        )
+        self.committer.start()
+
+    async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
+        """Run `row` and record its outcome.
+
+        `recorded_ok` says the row may already have an outcome (a retry after
+        a worker died): then the recorded one is returned and nothing runs twice.
+        """
+        if recorded_ok:
+            known = self.ledger.outcome(self.spec.job, row.key)
+            if known is not None:
+                return known
+        usage = start_row_usage()
+        _pool.set(self.adapters)
+        conversation = Conversation()
+        value: Any = None
+        error: dict[str, str] | None = None
+        try:
+            result = await self.program.run(
+                args=row.args, adapter=self.spec.adapter, model=self.spec.model, conversation=conversation, quiet=True
+            )
+            value = to_jsonable_python(result, fallback=str)
+        except Exception as failure:  # a bug in one row must not end the job; the row says what it was
+            error = describe_error(failure)
+        outcome = Outcome(
+            key=row.key,
+            position=row.position,
+            value=value,
+            error=error,
+            usage=usage.as_dict(),
+            session=conversation.conversation_id,
+        )
+        return await self.committer.record(outcome, conversation)
+
+    async def aclose(self) -> None:
+        """Commit what is waiting; close the ledger connections and the adapter's transport."""
+        self.committer.close()
+        self.ledger.close()
+        await self.adapters.aclose()
