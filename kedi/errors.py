@@ -220,7 +220,15 @@ class KediExecutionError(KediError):
 
     def render(self, use_color: bool = False) -> str:
         out = ["Kedi stack trace:"]
-        for frame in self.frames:
+        frames: tuple[KediTraceFrame | None, ...] = self.frames
+        if len(frames) > 2 * _SHOWN_FRAMES:
+            # A deep recursion: its outermost and innermost frames tell the story.
+            frames = (*frames[:_SHOWN_FRAMES], None, *frames[-_SHOWN_FRAMES:])
+        for frame in frames:
+            if frame is None:
+                hidden = len(self.frames) - 2 * _SHOWN_FRAMES
+                out += ["", f"  ... {hidden} more frames ..."]
+                continue
             if frame.span is None:
                 out.append(f"  in {frame.label}")
                 continue
@@ -249,6 +257,10 @@ class KediExecutionError(KediError):
             _rebuild_execution_error,
             (type(self), self.message, self.frames, self.python_traces, _picklable(self.original)),
         )
+
+
+_SHOWN_FRAMES = 12
+"""A rendered trace of more than twice this many frames shows this many at each end."""
 
 
 def _picklable(value: BaseException | None) -> BaseException | None:

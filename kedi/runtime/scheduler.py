@@ -153,12 +153,14 @@ class Scheduler:
         self._calls: list[ScheduledCall] = []
 
     async def __aenter__(self) -> Scheduler:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
+        # The task group opens with the first spawned call: most bodies schedule
+        # none, and an open group makes every await under it cost more per level
+        # of nested procedure calls.
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        assert self._group is not None
+        if self._group is None:
+            return False
         # Drain: every scheduled call runs to completion before the scope exits.
         await self._group.__aexit__(None, None, None)
         if exc is not None and not isinstance(exc, Exception):
@@ -177,8 +179,11 @@ class Scheduler:
             log.warning("kedi: %s", exc)
         raise first  # type: ignore[misc]
 
-    def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
+    async def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
         """Start `work` now; return the call whose result its promises share."""
+        if self._group is None:
+            self._group = anyio.create_task_group()
+            await self._group.__aenter__()
         call = ScheduledCall(sequence, origin)
         self._calls.append(call)
 
@@ -188,6 +193,5 @@ class Scheduler:
             except Exception as error:
                 call.settle(error=error)
 
-        assert self._group is not None
         self._group.start_soon(run)
         return call
