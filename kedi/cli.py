@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from kedi.errors import KediError
+
+if TYPE_CHECKING:
+    from kedi.runtime.interrupts import KediInterrupted
 
 _COMMANDS = ("run", "parse", "check")
 
@@ -62,6 +67,19 @@ def _skip_collections_at_exit() -> None:
 def _fail(error: KediError) -> NoReturn:
     click.echo(error.render(), err=True)
     sys.exit(1)
+
+
+def _stop(interrupt: KediInterrupted) -> NoReturn:
+    """Ctrl-C ended a run: one line on stderr, status 130, no traceback."""
+    from kedi.runtime.interrupts import EXIT_STATUS
+
+    click.echo(interrupt.describe(), err=True)
+    if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()[1:]):
+        # Embedded Python still running in a worker thread would hold the exit until it ends.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STATUS)
+    sys.exit(EXIT_STATUS)
 
 
 def _read_source(file: str | None, command: str | None) -> tuple[str, str]:
@@ -146,6 +164,7 @@ def run(
     (`--title "x"` gives args.title == "x"; a bare `--flag` gives True).
     """
     from kedi.runtime.config import parse_parallel
+    from kedi.runtime.interrupts import KediInterrupted
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
@@ -163,6 +182,8 @@ def run(
         )
     except KediError as error:
         _fail(error)
+    except KediInterrupted as stop:
+        _stop(stop)
     if result is not None:
         click.echo(render(result))
 

@@ -12,7 +12,9 @@ own SIGINT handler (installed only on the main thread). The first Ctrl-C
 Neither can land inside kedi's own bookkeeping (a lane commit, a transcript
 write), so history never holds half a turn. The run then ends with
 `KediInterrupted`, carrying the innermost statement that was running. A
-second Ctrl-C ends the process at once with status 130.
+second Ctrl-C ends the process at once with status 130. (Python runs signal
+handlers between bytecodes, so a single C call that holds the interpreter,
+such as `sum(range(10**12))`, finishes before either takes effect.)
 """
 
 from __future__ import annotations
