@@ -22,8 +22,8 @@ import asyncio
 import functools
 import inspect
 import sys
-from contextvars import ContextVar
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
