@@ -10,7 +10,9 @@ order). Its whole transaction (read the lane, call the model, commit) runs only
 when all earlier tickets are finished, so commits land in source order even
 when a scheduler overlaps calls. A transaction commits only if the call
 succeeded; failure or cancellation releases the ticket and leaves the lane
-untouched.
+untouched. Runs in several threads may share one conversation: tickets are
+taken under a lock and each waiter is woken on its own event loop, so their
+turns land whole, one after another, in the order the calls took tickets.
 
 The embedding API (`Conversation.seed`, `messages`, `fork`, `dumps`/`loads`,
 `save`/`load`) resolves adapters by name through `kedi.adapters`, imported
@@ -21,9 +23,11 @@ and the runtime compute lane keys one way (`LaneKey.for_call`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -167,9 +171,13 @@ class Lane:
         self.epoch = epoch
         self._issued = 0
         self._finished = 0
-        self._waiters: dict[int, anyio.Event] = {}
+        self._waiters: dict[int, tuple[asyncio.AbstractEventLoop, anyio.Event]] = {}
         self._done: set[int] = set()
         self._abandoned: set[int] = set()
+        # Runs in several threads (each `run_sync` has its own event loop) may share a
+        # conversation: the ticket state changes under this lock, and a waiter is woken
+        # on its own loop.
+        self._tickets = threading.Lock()
 
     def __repr__(self) -> str:
         """`Lane(<label>, <n> messages, epoch <e>)`."""
@@ -206,8 +214,9 @@ class Lane:
 
     def reserve(self) -> int:
         """Take the next ticket (call this in source order, when the call is scheduled)."""
-        ticket = self._issued
-        self._issued += 1
+        with self._tickets:
+            ticket = self._issued
+            self._issued += 1
         return ticket
 
     @asynccontextmanager
@@ -220,16 +229,22 @@ class Lane:
         nothing: the cancelled call just gives up its turn.
         """
         try:
-            while self._finished != ticket:
-                event = self._waiters.setdefault(ticket, anyio.Event())
-                await event.wait()
+            while True:
+                with self._tickets:
+                    if self._finished == ticket:
+                        break
+                    waiter = self._waiters.get(ticket)
+                    if waiter is None:
+                        waiter = self._waiters[ticket] = (asyncio.get_running_loop(), anyio.Event())
+                await waiter[1].wait()
             if ticket in self._abandoned:
                 raise TurnAbandoned(
                     "an earlier call on this conversation lane failed, so this later call was not sent"
                 )
             yield Transaction(self)
         except Exception:
-            self._abandoned.update(range(ticket + 1, self._issued))
+            with self._tickets:
+                self._abandoned.update(range(ticket + 1, self._issued))
             raise
         finally:
             self._release(ticket)
@@ -237,15 +252,25 @@ class Lane:
     def _release(self, ticket: int) -> None:
         # A cancelled waiter may release before its turn: remember it and let the
         # turn pass over it when the tickets before it finish.
-        self._waiters.pop(ticket, None)
-        self._abandoned.discard(ticket)
-        self._done.add(ticket)
-        while self._finished in self._done:
-            self._done.discard(self._finished)
-            self._finished += 1
-        waiter = self._waiters.pop(self._finished, None)
-        if waiter is not None:
-            waiter.set()
+        with self._tickets:
+            self._waiters.pop(ticket, None)
+            self._abandoned.discard(ticket)
+            self._done.add(ticket)
+            while self._finished in self._done:
+                self._done.discard(self._finished)
+                self._finished += 1
+            waiter = self._waiters.pop(self._finished, None)
+        if waiter is None:
+            return
+        loop, event = waiter
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is running:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)  # an event wakes only tasks of its own loop
 
     # ---------------------------------------------------------------- writing
 
@@ -380,7 +405,8 @@ class Conversation:
         """The lane for `key`, created empty the first time."""
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = Lane(key, self.conversation_id)
+            # setdefault: two threads creating the same lane get one lane.
+            lane = self._lanes.setdefault(key, Lane(key, self.conversation_id))
         return lane
 
     @property
