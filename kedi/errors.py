@@ -76,6 +76,24 @@ class ExtraNotInstalledError(KediError, ImportError):
 # --------------------------------------------------------------------------- diagnostics
 
 
+MAX_SHOWN_DIAGNOSTICS = 20
+"""A diagnostic error renders at most this many problems, then counts the rest."""
+
+SCREEN_WIDTH = 100
+"""At most this much of a source line is shown under a diagnostic."""
+
+
+def _screen_window(line: str, column: int) -> tuple[str, int]:
+    """`line` cut to `SCREEN_WIDTH` characters around the 0-based `column`; return (text, new column)."""
+    if len(line) <= SCREEN_WIDTH:
+        return line, column
+    start = max(0, min(column - SCREEN_WIDTH // 2, len(line) - SCREEN_WIDTH))
+    text = line[start : start + SCREEN_WIDTH]
+    prefix = "..." if start > 0 else ""
+    suffix = "..." if start + SCREEN_WIDTH < len(line) else ""
+    return prefix + text + suffix, column - start + len(prefix)
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One problem in the source: where it is and what to do about it."""
@@ -99,7 +117,11 @@ class Diagnostic:
         return self.span.column
 
     def render(self, title: str, kind: str) -> str:
-        """Render in the documented layout (file, line, column, caret, message)."""
+        """Render in the documented layout (file, line, column, caret, message).
+
+        A source line longer than a screen line shows the part around the
+        column, marked with `...` where it is cut.
+        """
         span = self.span
         width = 1
         if span.end_line == span.line and span.end_column > span.column:
@@ -112,8 +134,10 @@ class Diagnostic:
             f'  File "{span.path}", line {span.line}, column {span.column}',
         ]
         if self.source_line:
-            lines.append(f"  {self.source_line}")
-            lines.append("  " + " " * (span.column - 1) + "^" * width)
+            text, column = _screen_window(self.source_line, span.column - 1)
+            width = max(1, min(width, len(text) - column))
+            lines.append(f"  {text}")
+            lines.append("  " + " " * column + "^" * width)
         lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
         if self.hint:
             lines.append(f"  hint: {self.hint}")
@@ -134,7 +158,12 @@ class KediDiagnosticError(KediError):
         super().__init__(f"{first.span}: {first.message}")
 
     def render(self, use_color: bool = False) -> str:
-        return "\n\n".join(d.render(self.title, self.kind) for d in self.diagnostics)
+        """The first `MAX_SHOWN_DIAGNOSTICS` diagnostics, then how many more there are."""
+        shown = [d.render(self.title, self.kind) for d in self.diagnostics[:MAX_SHOWN_DIAGNOSTICS]]
+        hidden = len(self.diagnostics) - MAX_SHOWN_DIAGNOSTICS
+        if hidden > 0:
+            shown.append(f"and {hidden} more {'problem' if hidden == 1 else 'problems'}")
+        return "\n\n".join(shown)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.diagnostics,))
