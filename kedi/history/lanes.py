@@ -133,11 +133,33 @@ class LaneView(Sequence[Any]):
     a view taken before later commits keeps seeing exactly its snapshot.
     """
 
-    __slots__ = ("_items", "_length")
+    __slots__ = ("_items", "_length", "_lane")
 
-    def __init__(self, items: list[Any], length: int) -> None:
+    def __init__(self, items: list[Any], length: int, lane: Lane | None = None) -> None:
         self._items = items
         self._length = length
+        self._lane = lane
+
+    def incremental(self, name: str, factory: Callable[[], Incremental]) -> Any:
+        """The lane's incremental state `name` if it covers exactly this view, else None.
+
+        A history operation that would walk the whole lane on every call (the
+        in-request repair, token estimates) keeps its state on the lane
+        instead: built from the messages on first use, then fed each
+        committed turn (`Incremental.extend`), so a call costs O(new messages).
+        Portable lanes only; a rewrite or seed drops the states.
+        """
+        lane = self._lane
+        if lane is None or lane.key.format != PORTABLE:
+            return None
+        with lane._tickets:
+            if lane._messages is not self._items or len(self._items) != self._length:
+                return None  # an older snapshot: the state has moved past it
+            state = lane._derived.get(name)
+            if state is None:
+                state = lane._derived[name] = factory()
+                state.extend(self._items)
+        return state
 
     def __len__(self) -> int:
         return self._length
@@ -160,6 +182,13 @@ class LaneView(Sequence[Any]):
         return f"LaneView({self._length} messages)"
 
 
+class Incremental(Protocol):
+    """State derived from a lane's messages and kept up to date as turns commit."""
+
+    def extend(self, messages: Sequence[Any]) -> None:
+        """Take in messages appended to the lane."""
+
+
 class Lane:
     """One adapter/model/settings/tools partition of a conversation."""
 
@@ -178,6 +207,7 @@ class Lane:
         # conversation: the ticket state changes under this lock, and a waiter is woken
         # on its own loop.
         self._tickets = threading.Lock()
+        self._derived: dict[str, Incremental] = {}
 
     def __repr__(self) -> str:
         """`Lane(<label>, <n> messages, epoch <e>)`."""
@@ -188,7 +218,7 @@ class Lane:
     @property
     def messages(self) -> LaneView:
         """The committed messages (a snapshot view)."""
-        return LaneView(self._messages, len(self._messages))
+        return LaneView(self._messages, len(self._messages), self)
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -276,11 +306,16 @@ class Lane:
 
     def append(self, messages: Sequence[Any]) -> None:
         """Append a whole turn at once (used by a committing transaction)."""
-        self._messages.extend(messages)
+        with self._tickets:
+            self._messages.extend(messages)
+            for state in self._derived.values():
+                state.extend(messages)
 
     def replace(self, messages: Sequence[Any], *, generations: int = 1) -> None:
         """Install rewritten history; each rewrite starts a new epoch (new cache identity)."""
-        self._messages = list(messages)
+        with self._tickets:
+            self._messages = list(messages)
+            self._derived.clear()
         self.epoch += generations
 
     def seed(self, messages: Iterable[Any]) -> None:
@@ -301,7 +336,9 @@ class Lane:
         if self._messages:
             self.replace(checked)
         else:
-            self._messages = checked
+            with self._tickets:
+                self._messages = checked
+                self._derived.clear()
 
 
 def _checked_messages(key: LaneKey, messages: Iterable[Any]) -> list[Any]:
