@@ -23,8 +23,8 @@ from kedi.history.lanes import Conversation
 from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
-from kedi.runtime.interrupts import run_interruptibly
 from kedi.runtime.interpreter import Interpreter
+from kedi.runtime.interrupts import run_interruptibly
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
