@@ -21,13 +21,17 @@ import errno
 import gc
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from kedi.errors import KediError
+
+if TYPE_CHECKING:
+    from kedi.runtime.interrupts import KediInterrupted
 
 _COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history", "serve-local", "batch")
 EXIT_OUTPUT_FAILED = 74
@@ -107,6 +111,21 @@ def _fail(error: KediError, hints: Sequence[str] = ()) -> NoReturn:
 
     render_error(error, hints)
     sys.exit(1)
+
+
+def _stop(interrupt: KediInterrupted, hint: str = "") -> NoReturn:
+    """Ctrl-C ended a run: one line on stderr (and how to resume it), status 130, no traceback."""
+    from kedi.runtime.interrupts import EXIT_STATUS
+
+    click.echo(interrupt.describe(), err=True)
+    if hint:
+        click.echo(hint, err=True)
+    if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()[1:]):
+        # Embedded Python still running in a worker thread would hold the exit until it ends.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STATUS)
+    sys.exit(EXIT_STATUS)
 
 
 def _read_source(file: str | None, command: str | None) -> tuple[str, str]:
@@ -234,6 +253,7 @@ def _run(
     )
     from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
+    from kedi.runtime.interrupts import KediInterrupted
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
@@ -268,6 +288,8 @@ def _run(
             hint = stored.finish(error) if stored is not None else ""
             if isinstance(error, KediError):
                 _fail(error, [*missing_option_hints(given, read, path), *([hint] if hint else [])])
+            if isinstance(error, KediInterrupted):
+                _stop(error, hint)
             if hint:
                 click.echo(hint, err=True)
             raise
@@ -275,6 +297,8 @@ def _run(
             stored.finish(None)
     except KediError as error:
         _fail(error, missing_option_hints(given, read, path))
+    except KediInterrupted as stop:
+        _stop(stop)
     finally:
         if stream:
             click.echo(err=True)  # end the streamed text's line

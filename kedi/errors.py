@@ -94,6 +94,24 @@ class ExtraNotInstalledError(KediError, ImportError):
 # --------------------------------------------------------------------------- diagnostics
 
 
+MAX_SHOWN_DIAGNOSTICS = 20
+"""A diagnostic error renders at most this many problems, then counts the rest."""
+
+SCREEN_WIDTH = 100
+"""At most this much of a source line is shown under a diagnostic."""
+
+
+def _screen_window(line: str, column: int) -> tuple[str, int]:
+    """`line` cut to `SCREEN_WIDTH` characters around the 0-based `column`; return (text, new column)."""
+    if len(line) <= SCREEN_WIDTH:
+        return line, column
+    start = max(0, min(column - SCREEN_WIDTH // 2, len(line) - SCREEN_WIDTH))
+    text = line[start : start + SCREEN_WIDTH]
+    prefix = "..." if start > 0 else ""
+    suffix = "..." if start + SCREEN_WIDTH < len(line) else ""
+    return prefix + text + suffix, column - start + len(prefix)
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One problem in the source: where it is and what to do about it."""
@@ -117,7 +135,11 @@ class Diagnostic:
         return self.span.column
 
     def render(self, title: str, kind: str) -> str:
-        """Render in the documented layout (file, line, column, caret, message)."""
+        """Render in the documented layout (file, line, column, caret, message).
+
+        A source line longer than a screen line shows the part around the
+        column, marked with `...` where it is cut.
+        """
         span = self.span
         width = 1
         if span.end_line == span.line and span.end_column > span.column:
@@ -130,8 +152,10 @@ class Diagnostic:
             f'  File "{span.path}", line {span.line}, column {span.column}',
         ]
         if self.source_line:
-            lines.append(f"  {self.source_line}")
-            lines.append("  " + " " * (span.column - 1) + "^" * width)
+            text, column = _screen_window(self.source_line, span.column - 1)
+            width = max(1, min(width, len(text) - column))
+            lines.append(f"  {text}")
+            lines.append("  " + " " * column + "^" * width)
         lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
         if self.hint:
             lines.append(f"  hint: {self.hint}")
@@ -152,7 +176,12 @@ class KediDiagnosticError(KediError):
         super().__init__(f"{first.span}: {first.message}")
 
     def render(self, use_color: bool = False) -> str:
-        return "\n\n".join(d.render(self.title, self.kind) for d in self.diagnostics)
+        """The first `MAX_SHOWN_DIAGNOSTICS` diagnostics, then how many more there are."""
+        shown = [d.render(self.title, self.kind) for d in self.diagnostics[:MAX_SHOWN_DIAGNOSTICS]]
+        hidden = len(self.diagnostics) - MAX_SHOWN_DIAGNOSTICS
+        if hidden > 0:
+            shown.append(f"and {hidden} more {'problem' if hidden == 1 else 'problems'}")
+        return "\n\n".join(shown)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.diagnostics,))
@@ -243,7 +272,15 @@ class KediExecutionError(KediError):
 
     def render(self, use_color: bool = False) -> str:
         out = ["Kedi stack trace:"]
-        for frame in self.frames:
+        frames: tuple[KediTraceFrame | None, ...] = self.frames
+        if len(frames) > 2 * _SHOWN_FRAMES:
+            # A deep recursion: its outermost and innermost frames tell the story.
+            frames = (*frames[:_SHOWN_FRAMES], None, *frames[-_SHOWN_FRAMES:])
+        for frame in frames:
+            if frame is None:
+                hidden = len(self.frames) - 2 * _SHOWN_FRAMES
+                out += ["", f"  ... {hidden} more frames ..."]
+                continue
             if frame.span is None:
                 out.append(f"  in {frame.label}")
                 continue
@@ -280,6 +317,10 @@ class KediExecutionError(KediError):
             _rebuild_execution_error,
             (type(self), self.message, self.frames, self.python_traces, _picklable(self.original)),
         )
+
+
+_SHOWN_FRAMES = 12
+"""A rendered trace of more than twice this many frames shows this many at each end."""
 
 
 def _picklable(value: BaseException | None) -> BaseException | None:

@@ -187,6 +187,10 @@ INTERNAL_SIGNALS = {
     #
     # Raised by the bridge, turned into KediExecutionError by the interpreter.
     "kedi.runtime.python_bridge.PythonFailure",
+    # Not internal, and deliberately not a KediError (issue 16): what `run_sync`
+    # raises after Ctrl-C is a KeyboardInterrupt, so `except Exception` in the
+    # embedder cannot swallow it; `kedi run` turns it into exit status 130.
+    "kedi.runtime.interrupts.KediInterrupted",
     # Raised by type resolution, turned into KediExecutionError / KediNameError.
     "kedi.runtime.types.TypeResolutionError",
     "kedi.runtime.types.UnknownTypeError",

@@ -55,6 +55,7 @@ from kedi.history.grouping import PORTABLE
 from kedi.history.messages import interrupted_result
 from kedi.history.partial import PartialStage
 from kedi.history.processors import chain_processors, run_history_processor
+from kedi.history.repair import request_history_tokens
 
 
 def request_messages(request: CallRequest, *, run_id: str, conversation_id: str) -> list[Message]:
@@ -88,6 +89,8 @@ class PortableTurn:
     """How many times a history processor rewrote the history during this call."""
     processed: int = 0
     """Model requests the history processor has run before (its `request_index`)."""
+    prefix_tokens: tuple[list[Message], int] | None = None
+    """The token estimate of `prefix` while it is that list (a lane keeps its history's)."""
 
     @classmethod
     def start(cls, request: CallRequest) -> PortableTurn:
@@ -95,7 +98,12 @@ class PortableTurn:
         run_id = resolve_run_id(request.run_id)
         conversation_id = resolve_conversation_id(request.conversation_id, request.history)
         messages = request_messages(request, run_id=run_id, conversation_id=conversation_id)
-        return cls(request, messages[:-1], messages[-1:], run_id, conversation_id)
+        turn = cls(request, messages[:-1], messages[-1:], run_id, conversation_id)
+        history_tokens = request_history_tokens(request.history)
+        if history_tokens is not None:
+            system = turn.prefix[:1] if turn.prefix and turn.prefix[0].role == "system" else []
+            turn.prefix_tokens = (turn.prefix, estimate_tokens(system) + history_tokens)
+        return turn
 
     @property
     def messages(self) -> list[Message]:
@@ -109,7 +117,12 @@ class PortableTurn:
     def record(self, response: Any) -> None:
         """Count one model request and report it to the transcript sink, if any."""
         sent = self.messages
-        self.usage += Usage(input_tokens=estimate_tokens(sent), requests=1)
+        known = self.prefix_tokens
+        if known is not None and known[0] is self.prefix:
+            tokens = known[1] + estimate_tokens(self.added)  # O(new messages) on a long lane
+        else:
+            tokens = estimate_tokens(sent)
+        self.usage += Usage(input_tokens=tokens, requests=1)
         if self.request.on_exchange is not None:
             self.report(tuple(m.to_json_dict() for m in sent), response)
 

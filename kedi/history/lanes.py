@@ -10,7 +10,9 @@ order). Its whole transaction (read the lane, call the model, commit) runs only
 when all earlier tickets are finished, so commits land in source order even
 when a scheduler overlaps calls. A transaction commits only if the call
 succeeded; failure or cancellation releases the ticket and leaves the lane
-untouched.
+untouched. Runs in several threads may share one conversation: tickets are
+taken under a lock and each waiter is woken on its own event loop, so their
+turns land whole, one after another, in the order the calls took tickets.
 
 The embedding API (`Conversation.seed`, `messages`, `fork`, `dumps`/`loads`,
 `save`/`load`) resolves adapters by name through `kedi.adapters`, imported
@@ -21,9 +23,11 @@ and the runtime compute lane keys one way (`LaneKey.for_call`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -143,11 +147,33 @@ class LaneView(Sequence[Any]):
     a view taken before later commits keeps seeing exactly its snapshot.
     """
 
-    __slots__ = ("_items", "_length")
+    __slots__ = ("_items", "_length", "_lane")
 
-    def __init__(self, items: list[Any], length: int) -> None:
+    def __init__(self, items: list[Any], length: int, lane: Lane | None = None) -> None:
         self._items = items
         self._length = length
+        self._lane = lane
+
+    def incremental(self, name: str, factory: Callable[[], Incremental]) -> Any:
+        """The lane's incremental state `name` if it covers exactly this view, else None.
+
+        A history operation that would walk the whole lane on every call (the
+        in-request repair, token estimates) keeps its state on the lane
+        instead: built from the messages on first use, then fed each
+        committed turn (`Incremental.extend`), so a call costs O(new messages).
+        Portable lanes only; a rewrite or seed drops the states.
+        """
+        lane = self._lane
+        if lane is None or lane.key.format != PORTABLE:
+            return None
+        with lane._tickets:
+            if lane._messages is not self._items or len(self._items) != self._length:
+                return None  # an older snapshot: the state has moved past it
+            state = lane._derived.get(name)
+            if state is None:
+                state = lane._derived[name] = factory()
+                state.extend(self._items)
+        return state
 
     def __len__(self) -> int:
         return self._length
@@ -170,6 +196,13 @@ class LaneView(Sequence[Any]):
         return f"LaneView({self._length} messages)"
 
 
+class Incremental(Protocol):
+    """State derived from a lane's messages and kept up to date as turns commit."""
+
+    def extend(self, messages: Sequence[Any]) -> None:
+        """Take in messages appended to the lane."""
+
+
 class Lane:
     """One adapter/model/settings/tools partition of a conversation."""
 
@@ -181,9 +214,14 @@ class Lane:
         self.epoch = epoch
         self._issued = 0
         self._finished = 0
-        self._waiters: dict[int, anyio.Event] = {}
+        self._waiters: dict[int, tuple[asyncio.AbstractEventLoop, anyio.Event]] = {}
         self._done: set[int] = set()
         self._abandoned: set[int] = set()
+        # Runs in several threads (each `run_sync` has its own event loop) may share a
+        # conversation: the ticket state changes under this lock, and a waiter is woken
+        # on its own loop.
+        self._tickets = threading.Lock()
+        self._derived: dict[str, Incremental] = {}
 
     def __repr__(self) -> str:
         """`Lane(<label>, <n> messages, epoch <e>)`."""
@@ -194,7 +232,7 @@ class Lane:
     @property
     def messages(self) -> LaneView:
         """The committed messages (a snapshot view)."""
-        return LaneView(self._messages, len(self._messages))
+        return LaneView(self._messages, len(self._messages), self)
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -220,8 +258,9 @@ class Lane:
 
     def reserve(self) -> int:
         """Take the next ticket (call this in source order, when the call is scheduled)."""
-        ticket = self._issued
-        self._issued += 1
+        with self._tickets:
+            ticket = self._issued
+            self._issued += 1
         return ticket
 
     @asynccontextmanager
@@ -234,16 +273,22 @@ class Lane:
         nothing: the cancelled call just gives up its turn.
         """
         try:
-            while self._finished != ticket:
-                event = self._waiters.setdefault(ticket, anyio.Event())
-                await event.wait()
+            while True:
+                with self._tickets:
+                    if self._finished == ticket:
+                        break
+                    waiter = self._waiters.get(ticket)
+                    if waiter is None:
+                        waiter = self._waiters[ticket] = (asyncio.get_running_loop(), anyio.Event())
+                await waiter[1].wait()
             if ticket in self._abandoned:
                 raise TurnAbandoned(
                     "an earlier call on this conversation lane failed, so this later call was not sent"
                 )
             yield Transaction(self)
         except Exception:
-            self._abandoned.update(range(ticket + 1, self._issued))
+            with self._tickets:
+                self._abandoned.update(range(ticket + 1, self._issued))
             raise
         finally:
             self._release(ticket)
@@ -251,25 +296,40 @@ class Lane:
     def _release(self, ticket: int) -> None:
         # A cancelled waiter may release before its turn: remember it and let the
         # turn pass over it when the tickets before it finish.
-        self._waiters.pop(ticket, None)
-        self._abandoned.discard(ticket)
-        self._done.add(ticket)
-        while self._finished in self._done:
-            self._done.discard(self._finished)
-            self._finished += 1
-        waiter = self._waiters.pop(self._finished, None)
-        if waiter is not None:
-            waiter.set()
+        with self._tickets:
+            self._waiters.pop(ticket, None)
+            self._abandoned.discard(ticket)
+            self._done.add(ticket)
+            while self._finished in self._done:
+                self._done.discard(self._finished)
+                self._finished += 1
+            waiter = self._waiters.pop(self._finished, None)
+        if waiter is None:
+            return
+        loop, event = waiter
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is running:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)  # an event wakes only tasks of its own loop
 
     # ---------------------------------------------------------------- writing
 
     def append(self, messages: Sequence[Any]) -> None:
         """Append a whole turn at once (used by a committing transaction)."""
-        self._messages.extend(messages)
+        with self._tickets:
+            self._messages.extend(messages)
+            for state in self._derived.values():
+                state.extend(messages)
 
     def replace(self, messages: Sequence[Any], *, generations: int = 1) -> None:
         """Install rewritten history; each rewrite starts a new epoch (new cache identity)."""
-        self._messages = list(messages)
+        with self._tickets:
+            self._messages = list(messages)
+            self._derived.clear()
         self.epoch += generations
 
     def seed(self, messages: Iterable[Any]) -> None:
@@ -290,7 +350,9 @@ class Lane:
         if self._messages:
             self.replace(checked)
         else:
-            self._messages = checked
+            with self._tickets:
+                self._messages = checked
+                self._derived.clear()
 
 
 def _checked_messages(key: LaneKey, messages: Iterable[Any]) -> list[Any]:
@@ -407,7 +469,8 @@ class Conversation:
         """The lane for `key`, created empty the first time."""
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = Lane(key, self.conversation_id)
+            # setdefault: two threads creating the same lane get one lane.
+            lane = self._lanes.setdefault(key, Lane(key, self.conversation_id))
         return lane
 
     @property

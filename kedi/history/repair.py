@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from kedi.history.lanes import LaneView
 from kedi.history.messages import (
     Message,
     Part,
@@ -20,6 +21,7 @@ from kedi.history.messages import (
     is_truncated_args,
     iter_messages,
 )
+from kedi.history.trimming import message_tokens
 
 __all__ = [
     "HistoryRepair",
@@ -82,11 +84,13 @@ class _Pairing:
     garbage collector and the memory cache.
     """
 
-    __slots__ = ("_answered", "_below", "_opened", "_opened_at", "_top", "kept", "report")
+    __slots__ = ("_answered", "_below", "_opened", "_opened_at", "_top", "kept", "open", "report")
 
     def __init__(self) -> None:
         self.kept: list[Message] = []
         self.report = HistoryRepair()
+        self.open = 0
+        """How many calls no result has answered yet."""
         # Per opened call, in compact arrays (no int object per entry): the
         # call, its message's index in `kept`, the open call with the same id
         # under it (-1 if none), and whether a result answered it.
@@ -108,6 +112,7 @@ class _Pairing:
                     self._opened.append(call)
                     self._opened_at.append(len(self.kept))
                     self._answered.append(0)
+                    self.open += 1
                     if is_truncated_args(call.args):
                         self.report.truncated.append(call_id)
         elif role == "tool":
@@ -116,6 +121,7 @@ class _Pairing:
                 self.report.dropped.append(message.tool_call_id)
                 return
             self._answered[nearest] = 1
+            self.open -= 1
             under = self._below[nearest]
             if under < 0:
                 # Forget closed ids so the map holds only open calls: it stays
@@ -127,24 +133,69 @@ class _Pairing:
 
     def finish(self) -> tuple[list[Message], HistoryRepair]:
         """Close every call still open right after its message; return history and report."""
+        repaired, closed_ids = self.closed()
+        self.report.synthesized.extend(closed_ids)
+        return repaired, self.report
+
+    def closed(self) -> tuple[list[Message], list[str]]:
+        """The kept history with every open call closed, and the closed calls' ids.
+
+        Changes nothing, so a growing history can be closed again after more
+        messages; with no call open it is a copy of `kept`.
+        """
+        if not self.open:
+            return list(self.kept), []
         synthesized: dict[int, list[Message]] = {}
+        ids: list[str] = []
         for position, closed in enumerate(self._answered):
             if not closed:
                 call = self._opened[position]
                 synthesized.setdefault(self._opened_at[position], []).append(
                     interrupted_result(call)
                 )
-                self.report.synthesized.append(call.id)
-        if not synthesized:
-            return self.kept, self.report
+                ids.append(call.id)
         repaired: list[Message] = []
         for index, message in enumerate(self.kept):
             repaired.append(message)
             closing = synthesized.get(index)
             if closing:
                 repaired.extend(closing)
-        return repaired, self.report
+        return repaired, ids
 
+
+class RequestHistory:
+    """`repair_for_request` of a lane, kept up to date as turns commit (see `LaneView.incremental`).
+
+    Also keeps the token estimate of the repaired history (`estimate_tokens`),
+    so a call on a long lane costs its new messages, not the lane.
+    """
+
+    __slots__ = ("_pairing", "_tokens")
+
+    def __init__(self) -> None:
+        self._pairing = _Pairing()
+        self._tokens = 0
+
+    def extend(self, messages: Iterable[Message | Mapping[str, Any]]) -> None:
+        """Walk appended messages (system messages are not sent, so not kept)."""
+        pairing = self._pairing
+        for message in iter_messages(messages):
+            if message.role != "system":
+                kept = len(pairing.kept)
+                pairing.add(message)
+                if len(pairing.kept) != kept:
+                    self._tokens += message_tokens(message)
+
+    def messages(self) -> list[Message]:
+        """The history a request sends: what `repair_for_request` returns for the lane."""
+        return self._pairing.closed()[0]
+
+    def tokens(self) -> int | None:
+        """`estimate_tokens(self.messages())`, or None when open calls get synthesized results."""
+        return None if self._pairing.open else self._tokens
+
+
+_REQUEST_HISTORY = "request history"
 
 def normalize_history(messages: HistoryInput) -> tuple[list[Message], HistoryRepair]:
     """Repair tool-call pairing (C3); return the new history and what changed.
@@ -162,12 +213,28 @@ def normalize_history(messages: HistoryInput) -> tuple[list[Message], HistoryRep
 
 
 def repair_for_request(messages: HistoryInput) -> list[Message]:
-    """The silent in-request repair: drop every system message, then repair (C2 step 4)."""
+    """The silent in-request repair: drop every system message, then repair (C2 step 4).
+
+    A lane's snapshot (`LaneView`) is repaired incrementally: O(new messages) per call.
+    """
+    if isinstance(messages, LaneView):
+        state = messages.incremental(_REQUEST_HISTORY, RequestHistory)
+        if state is not None:
+            return state.messages()  # type: ignore[no-any-return]
     pairing = _Pairing()
     for message in iter_messages(messages):
         if message.role != "system":
             pairing.add(message)
     return pairing.finish()[0]
+
+
+def request_history_tokens(messages: HistoryInput) -> int | None:
+    """`estimate_tokens(repair_for_request(messages))` when a lane keeps it, else None (then count)."""
+    if isinstance(messages, LaneView):
+        state = messages.incremental(_REQUEST_HISTORY, RequestHistory)
+        if state is not None:
+            return state.tokens()  # type: ignore[no-any-return]
+    return None
 
 
 def _scheme(url: str) -> str:

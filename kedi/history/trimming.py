@@ -168,6 +168,11 @@ def _text_length(message: Message) -> int:
     return length
 
 
+def message_tokens(message: Message) -> int:
+    """The estimate of one message: `len(text) // 4 + 3` (see `estimate_tokens`)."""
+    return _text_length(message) // 4 + 3
+
+
 def estimate_tokens(messages: HistoryInput) -> int:
     """A deterministic token estimate: `len(text) // 4 + 3` per message.
 

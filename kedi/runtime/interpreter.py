@@ -10,6 +10,7 @@ they are defined. Only `>>` and `<<` cross the model boundary (see
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from kedi.errors import (
     KediTypeExecutionError,
     KediValueExecutionError,
 )
-from kedi.runtime import trace
+from kedi.runtime import interrupts, trace
 from kedi.runtime.imports import ModuleInstances, run_import
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
 from kedi.runtime.python_bridge import PythonBridge, PythonFailure
@@ -87,6 +88,13 @@ class Interpreter:
         self._snippets: dict[int, str] = {}
         self.limiter = anyio.CapacityLimiter(parallel) if parallel > 0 else None
         """Bounds model calls in flight; None runs calls sequentially."""
+        self.python_threads = anyio.CapacityLimiter(math.inf)
+        """Worker threads for embedded Python that calls procedures synchronously.
+
+        Unbounded, so nested calls can never wait for each other's threads
+        (anyio's default pool of 40 deadlocked at depth 39); the call depth
+        limit bounds how many one chain of calls takes.
+        """
 
     # ================================================================== entry points
 
@@ -144,11 +152,19 @@ class Interpreter:
             return await self._run_statements(body, frame)
 
     async def _run_statements(self, body: Sequence[ast.Statement], frame: Frame) -> Outcome:
-        for statement in body:
-            handler = self._handlers[type(statement)]
-            outcome = await handler(self, statement, frame)
-            if outcome is not None:
-                return outcome
+        statement: ast.Statement | None = None
+        try:
+            for statement in body:
+                if interrupts.requested:  # Ctrl-C: stop between statements (see `interrupts`)
+                    raise KeyboardInterrupt
+                handler = self._handlers[type(statement)]
+                outcome = await handler(self, statement, frame)
+                if outcome is not None:
+                    return outcome
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and statement is not None:
+                interrupts.locate(statement.span)
+            raise
         return False, None
 
     # ================================================================== statements
@@ -245,7 +261,7 @@ class Interpreter:
         frame.sequence += 1
         token = trace.push(self._trace_entry(site, frame.procedure))  # the task copies the stack now
         try:
-            call = scheduler.spawn(frame.sequence, site.origin, run_call)
+            call = await scheduler.spawn(frame.sequence, site.origin, run_call)
         finally:
             trace.pop(token)
         if site.target is not None:
@@ -513,7 +529,16 @@ class Interpreter:
         raise not_a_procedure(node.name, callee)
 
     async def _call_python(self, function: Callable[..., Any], args: Sequence[Any]) -> Any:
-        return await anyio.to_thread.run_sync(lambda: function(*args))
+        # A thread: the function may call a procedure synchronously, which hops back to the loop.
+        return await anyio.to_thread.run_sync(
+            lambda: function(*args), limiter=self.python_threads, abandon_on_cancel=True
+        )
+
+    async def _call_from_python(self, function: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """A direct call `f(...)` in embedded Python, awaited in the caller's task."""
+        if isinstance(function, KediProcedure):
+            return await function.invoke(args, kwargs)
+        return function(*args, **kwargs)
 
     # ================================================================== names
 
@@ -630,8 +655,16 @@ class Interpreter:
 
     # ================================================================== python
 
-    def namespace(self, frame: Frame) -> dict[str, Any]:
-        """Globals for embedded Python: builtins < runtime env < prelude < Kedi bindings."""
+    def namespace(self, frame: Frame, *, complete: bool = False) -> dict[str, Any]:
+        """Globals for embedded Python: builtins < runtime env < prelude < Kedi bindings.
+
+        A name is looked up when the code first reads it (then kept for the
+        rest of the evaluation), so an expression costs what it reads, not the
+        size of the program. `complete` copies every binding instead, for code
+        that lists its globals (`globals()`, `vars()`, `dir()`).
+        """
+        if not complete:
+            return _Namespace(self, frame.scope)
         namespace: dict[str, Any] = {"__builtins__": builtins}
         namespace.update(self.env)
         namespace.update(self.bridge.prelude)
@@ -644,10 +677,15 @@ class Interpreter:
         with trace.frame("inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure):
             try:
                 await self._force_references(code, frame)
-                namespace = self.namespace(frame)
-                if self._needs_thread(code, namespace):
-                    return await anyio.to_thread.run_sync(self.bridge.evaluate, code, namespace)
-                return self.bridge.evaluate(code, namespace)
+                namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
+                procedures = self._procedures_called(code, frame)
+                if procedures is None:
+                    return self.bridge.evaluate(code, namespace)
+                if procedures:
+                    return await self.bridge.evaluate_awaiting(code, namespace, procedures, self._call_from_python)
+                return await anyio.to_thread.run_sync(
+                    self.bridge.evaluate, code, namespace, limiter=self.python_threads, abandon_on_cancel=True
+                )
             except PythonFailure as failure:
                 raise self._python_error(failure) from None
 
@@ -655,11 +693,16 @@ class Interpreter:
         """Run Python statements; sync writes to existing Kedi names back."""
         try:
             await self._force_references(code, frame)
-            namespace = self.namespace(frame)
-            if self._needs_thread(code, namespace):
-                result = await anyio.to_thread.run_sync(self.bridge.execute, code, namespace)
-            else:
+            namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
+            procedures = self._procedures_called(code, frame)
+            if procedures is None:
                 result = self.bridge.execute(code, namespace)
+            elif procedures:
+                result = await self.bridge.execute_awaiting(code, namespace, procedures, self._call_from_python)
+            else:
+                result = await anyio.to_thread.run_sync(
+                    self.bridge.execute, code, namespace, limiter=self.python_threads, abandon_on_cancel=True
+                )
         except PythonFailure as failure:
             raise self._python_error(failure) from None
         for name, value in result.writes.items():
@@ -682,9 +725,22 @@ class Interpreter:
         elif name in self.bridge.prelude:
             self.bridge.prelude[name] = value
 
-    def _needs_thread(self, code: ast.PythonCode, namespace: Mapping[str, Any]) -> bool:
-        """Code that may call a Kedi procedure runs in a worker thread so the call can hop back."""
-        return any(isinstance(namespace.get(name), KediProcedure) for name in self.bridge.references(code))
+    def _procedures_called(self, code: ast.PythonCode, frame: Frame) -> frozenset[str] | None:
+        """How to run code that may call procedures.
+
+        None: it names no procedure, so it runs right here. The names of the
+        procedures it reads: each is only called directly, so the calls are
+        awaited on the event loop (no thread). An empty set: some procedure
+        is used otherwise (`map(f, xs)`, inside a lambda), so the code runs in
+        a worker thread and the call hops back to the loop.
+        """
+        scope = frame.scope
+        procedures = frozenset(
+            [name for name in self.bridge.references(code) if isinstance(self.find(name, scope), KediProcedure)]
+        )
+        if not procedures:
+            return None
+        return procedures if self.bridge.calls_only(code, procedures) else frozenset()
 
     def _python_error(self, failure: PythonFailure) -> KediExecutionError:
         original = failure.original
@@ -702,6 +758,36 @@ class Interpreter:
         if text is None:
             text = self._snippets[span.line] = self.source.line_text(span.line).strip()
         return text
+
+
+class _Namespace(dict[str, Any]):
+    """Embedded Python's globals, filled from the Kedi scope chain as names are read.
+
+    Python asks a dict subclass's `__missing__` for names its globals and
+    locals lack (`LOAD_NAME` and `LOAD_GLOBAL` both do), so a read costs one
+    lookup along the chain and nothing is copied up front.
+    """
+
+    __slots__ = ("_interpreter", "_scope")
+
+    def __init__(self, interpreter: Interpreter, scope: Scope) -> None:
+        super().__init__(__builtins__=builtins)
+        self._interpreter = interpreter
+        self._scope = scope
+
+    def __missing__(self, name: str) -> Any:
+        value = self._interpreter.find(name, self._scope)
+        if value is UNBOUND:
+            raise KeyError(name)
+        dict.__setitem__(self, name, value)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        """`dict.get` that loads the binding like a read does."""
+        try:
+            return self[name]
+        except KeyError:
+            return default
 
 
 class Frame:

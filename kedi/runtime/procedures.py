@@ -4,10 +4,16 @@ A `KediProcedure` is what `@name(...)` binds. Kedi code calls it with `await
 invoke(...)`; Python code (backtick expressions, fences, embedding code) calls
 it like any function:
 
-- from a worker thread that kedi started for embedded Python, the call hops
-  back onto the event loop (`anyio.from_thread.run`);
+- a direct call `f(x)` in a backtick or fence is awaited in the caller's task
+  (the bridge rewrites it), so nested calls take no thread;
+- from a worker thread that kedi started for other embedded Python (`map(f,
+  xs)`, a call inside a lambda), the call hops back onto the event loop
+  (`anyio.from_thread.run`);
 - from plain synchronous code with no loop running, it runs its own loop;
 - `await proc.acall(...)` from async embedding code.
+
+Every invocation counts one level of Kedi call depth; past `MAX_CALL_DEPTH`
+the call fails with a `KediExecutionError` instead of exhausting the stack.
 """
 
 from __future__ import annotations
@@ -15,20 +21,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import sys
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
 
 from kedi.adapters.resources import run_scope
-from kedi.errors import KediTypeExecutionError, KediUsageError
+from kedi.errors import KediExecutionError, KediTypeExecutionError, KediUsageError
 from kedi.runtime import trace
 from kedi.runtime.scopes import AgentState, Scope
 from kedi.syntax import ast
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
+
+MAX_CALL_DEPTH = 1000
+"""How deep procedure calls may nest (Python's default recursion limit, counted in Kedi calls)."""
+
+_PYTHON_FRAMES_PER_CALL = 40
+"""An upper bound on the Python frames one Kedi call level adds (measured: about 25)."""
+
+_DEPTH: ContextVar[int] = ContextVar("kedi_call_depth", default=0)
 
 
 class KediProcedure:
@@ -96,6 +112,18 @@ class KediProcedure:
                 TypeError(f"procedure `{node.name}`: {exc}"),
             ) from None
         bound.apply_defaults()
+        depth = _DEPTH.get() + 1
+        if depth > MAX_CALL_DEPTH:
+            raise _too_deep()
+        _ensure_recursion_limit(depth)
+        depth_token = _DEPTH.set(depth)
+        try:
+            return await self._run(bound)
+        finally:
+            _DEPTH.reset(depth_token)
+
+    async def _run(self, bound: inspect.BoundArguments) -> Any:
+        node = self.node
         types = self._parameter_types()
         scope = Scope(self.scope, params=frozenset(bound.arguments))
         interp = self.interpreter
@@ -125,6 +153,20 @@ class KediProcedure:
         if self._return_type is None:
             self._return_type = self.interpreter.resolve_type_in(self.node.returns, self.scope)
         return self._return_type
+
+
+def _too_deep() -> KediExecutionError:
+    frames = trace.current_frames()
+    span = next((frame.span for frame in reversed(frames) if frame.span is not None), None)
+    where = f" at {span.path}:{span.line}" if span is not None else ""
+    return KediExecutionError(f"maximum call depth {MAX_CALL_DEPTH} exceeded{where}", frames=frames)
+
+
+def _ensure_recursion_limit(depth: int) -> None:
+    """Let Python's recursion limit fit `depth` nested Kedi calls (it only ever grows)."""
+    needed = 1000 + depth * _PYTHON_FRAMES_PER_CALL
+    if needed > sys.getrecursionlimit():
+        sys.setrecursionlimit(needed)
 
 
 def refuse_in_event_loop(advice: str) -> None:

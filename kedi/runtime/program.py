@@ -26,6 +26,7 @@ from kedi.runtime import config as config_module
 from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
+from kedi.runtime.interrupts import run_interruptibly
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
@@ -151,7 +152,7 @@ class Program:
     def run_sync(self, **options: Any) -> Any:
         """`run` from synchronous code (it starts an event loop: not from async code)."""
         refuse_in_event_loop("inside async code, use `await program.run(...)`, not `run_sync`")
-        return anyio.run(lambda: self.run(**options), backend="asyncio")
+        return run_interruptibly(lambda: self.run(**options))
 
     def _start(self, **options: Any) -> tuple[Interpreter, CallLayer]:
         defaults = config_module.current()

@@ -32,12 +32,17 @@ import re
 import sys
 import textwrap
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType, ModuleType
 from typing import Any, cast
 
-from kedi.errors import KediPythonTrace
+from kedi.errors import KediExecutionError, KediPythonTrace
+from kedi.runtime import interrupts
 from kedi.syntax.ast import PythonCode
+
+CALL_NAME = "__kedi_call__"
+"""The global name through which awaited procedure calls go (present only while such code runs)."""
 
 RETURN_NAME = "__kedi_return__"
 """The global name a rewritten top-level `return` raises through (present only while a fence runs)."""
@@ -100,6 +105,18 @@ class _KediReturn(BaseException):
         self.value = value
 
 
+ProcedureCall = Callable[..., Awaitable[Any]]
+"""Awaits a call of a procedure from embedded Python: `call(procedure, *args, **kwargs)`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Callers:
+    """How a snippet uses names: as direct calls that can be awaited, or otherwise."""
+
+    awaitable: frozenset[str]
+    other: frozenset[str]
+
+
 @dataclass(frozen=True, slots=True)
 class _Block:
     """A compiled statement or fence and what its bytecode shows about names."""
@@ -128,6 +145,8 @@ class PythonBridge:
         self._expressions: dict[PythonCode, CodeType] = {}
         self._blocks: dict[PythonCode, _Block] = {}
         self._sources: dict[str, PythonCode] = {}
+        self._callers: dict[PythonCode, _Callers] = {}
+        self._awaiting: dict[tuple[PythonCode, str, frozenset[str]], CodeType] = {}
 
     # ------------------------------------------------------------------- running
 
@@ -148,10 +167,38 @@ class PythonBridge:
         compiled = self._expressions.get(code)
         if compiled is None:
             compiled = self._compile_expression(code)
+        interrupts.python.running += 1
         try:
             return eval(compiled, namespace)
         except Exception as exc:
             raise self._failure(exc, code) from exc
+        finally:
+            interrupts.python.running -= 1
+
+    async def evaluate_awaiting(
+        self, code: PythonCode, namespace: dict[str, Any], procedures: frozenset[str], call: ProcedureCall
+    ) -> Any:
+        """Evaluate an expression whose direct calls of `procedures` are awaited on the event loop.
+
+        `f(n + 1)` runs as `await call(f, n + 1)`: a procedure called from
+        Python runs in the caller's task, so nesting takes no worker thread.
+        Only valid when `calls_only(code, procedures)` holds.
+
+        Raises:
+            PythonFailure: the expression raised, is empty, or does not compile.
+        """
+        if not _source(code):
+            self._compile_expression(code)  # raises the empty-expression failure
+        compiled = self._awaiting_code(code, "eval", procedures)
+        dict.__setitem__(namespace, CALL_NAME, _released(call))
+        interrupts.python.running += 1
+        try:
+            return await eval(compiled, namespace)
+        except Exception as exc:
+            raise self._failure(exc, code) from exc
+        finally:
+            interrupts.python.running -= 1
+            dict.pop(namespace, CALL_NAME, None)
 
     def execute(self, code: PythonCode, namespace: dict[str, Any]) -> ExecResult:
         """Run statements (a backtick statement or a fence) with `namespace` as globals.
@@ -166,6 +213,7 @@ class PythonBridge:
             # dict's own methods: the interpreter's namespace may track item writes.
             dict.__setitem__(namespace, RETURN_NAME, _KediReturn)
         returned, value = False, None
+        interrupts.python.running += 1
         try:
             exec(block.code, namespace)
         except _KediReturn as result:
@@ -173,14 +221,37 @@ class PythonBridge:
         except Exception as exc:
             raise self._failure(exc, code) from exc
         finally:
+            interrupts.python.running -= 1
             if block.returns:
                 dict.pop(namespace, RETURN_NAME, None)
-        writes = {}
-        for name, old in before.items():
-            new = dict.get(namespace, name, _ABSENT)
-            if new is not old and new is not _ABSENT:
-                writes[name] = new
-        return ExecResult(returned, value, writes)
+        return ExecResult(returned, value, _writes(namespace, before))
+
+    async def execute_awaiting(
+        self, code: PythonCode, namespace: dict[str, Any], procedures: frozenset[str], call: ProcedureCall
+    ) -> ExecResult:
+        """`execute`, with direct calls of `procedures` awaited as in `evaluate_awaiting`.
+
+        Raises:
+            PythonFailure: the code raised or does not compile.
+        """
+        block = self._block(code)
+        compiled = self._awaiting_code(code, "exec", procedures)
+        before = _snapshot(namespace, block.stores)
+        dict.__setitem__(namespace, RETURN_NAME, _KediReturn)
+        dict.__setitem__(namespace, CALL_NAME, _released(call))
+        returned, value = False, None
+        interrupts.python.running += 1
+        try:
+            await eval(compiled, namespace)
+        except _KediReturn as result:
+            returned, value = True, result.value
+        except Exception as exc:
+            raise self._failure(exc, code) from exc
+        finally:
+            interrupts.python.running -= 1
+            dict.pop(namespace, RETURN_NAME, None)
+            dict.pop(namespace, CALL_NAME, None)
+        return ExecResult(returned, value, _writes(namespace, before))
 
     # ------------------------------------------------------------------- analysis
 
@@ -198,6 +269,21 @@ class PythonBridge:
     def reads_dynamically(self, code: PythonCode) -> bool:
         """Whether the code can reach globals by computed names (`globals()["x"]`)."""
         return self._block(code).stores is None
+
+    def calls_only(self, code: PythonCode, names: frozenset[str]) -> bool:
+        """Whether every use of `names` in the code is a direct call that can be awaited.
+
+        A direct call `f(...)` outside any `def`, `lambda`, class body or
+        generator expression can become `await f(...)`; any other use (`map(f,
+        xs)`, a call inside a lambda, `globals()`) calls `f` synchronously.
+        """
+        callers = self._callers.get(code)
+        if callers is None:
+            tree = _parse_leniently(_source(code), self._filename(code), "exec")
+            finder = _CallFinder()
+            finder.visit(tree)
+            callers = self._callers[code] = _Callers(frozenset(finder.awaitable), frozenset(finder.other))
+        return names <= callers.awaitable and callers.other.isdisjoint(names) and not self.reads_dynamically(code)
 
     # ------------------------------------------------------------------- compiling
 
@@ -242,6 +328,20 @@ class PythonBridge:
             compiled, frozenset(reads), None if dynamic else frozenset(stores), rewriter.found
         )
 
+    def _awaiting_code(self, code: PythonCode, mode: str, procedures: frozenset[str]) -> CodeType:
+        key = (code, mode, procedures)
+        compiled = self._awaiting.get(key)
+        if compiled is None:
+            filename = self._filename(code)
+            tree = _parse_leniently(_source(code), filename, mode)
+            tree = _AwaitRewriter(procedures).visit(tree)
+            if mode == "exec":
+                tree = _ReturnRewriter().visit(tree)
+            tree = ast.fix_missing_locations(tree)
+            flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            compiled = self._awaiting[key] = compile(tree, filename, mode, flags=flags, dont_inherit=True)
+        return compiled
+
     def _filename(self, code: PythonCode) -> str:
         """Return the snippet's synthetic file name, registering it on first use."""
         base = f"<kedi:{self.path}:{code.first_line}"
@@ -270,6 +370,10 @@ class PythonBridge:
         )
 
     def _failure(self, exc: Exception, code: PythonCode) -> PythonFailure:
+        if isinstance(exc, KediExecutionError):
+            # A procedure called from this code failed and already says where: pass it on
+            # as it is (walking its traceback at every level of a deep recursion is quadratic).
+            return PythonFailure(exc.message, exc)
         filename = self._filename(code)
         traces: list[KediPythonTrace] = []
         tb = exc.__traceback__
@@ -319,6 +423,80 @@ class _ReturnRewriter(ast.NodeTransformer):
         return node
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
+
+
+_SYNC_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)
+"""Where `await` cannot stand: calls of procedures there stay synchronous."""
+
+
+class _CallFinder(ast.NodeVisitor):
+    """Sorts name reads into direct calls that can be awaited and every other use."""
+
+    def __init__(self) -> None:
+        self.awaitable: set[str] = set()
+        self.other: set[str] = set()
+        self._sync_depth = 0
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and not self._sync_depth:
+            self.awaitable.add(node.func.id)
+        else:
+            self.visit(node.func)
+        for child in (*node.args, *node.keywords):
+            self.visit(child)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self.other.add(node.id)
+
+    def _sync_scope(self, node: ast.AST) -> None:
+        self._sync_depth += 1
+        self.generic_visit(node)
+        self._sync_depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _sync_scope
+    visit_GeneratorExp = _sync_scope
+
+
+class _AwaitRewriter(ast.NodeTransformer):
+    """Rewrites direct calls `f(args)` of the named procedures into `await __kedi_call__(f, args)`."""
+
+    def __init__(self, procedures: frozenset[str]) -> None:
+        self.procedures = procedures
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in self.procedures:
+            call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [node.func, *node.args], node.keywords)
+            return ast.copy_location(ast.Await(call), node)
+        return node
+
+    def _keep(self, node: ast.AST) -> ast.AST:
+        return node  # `calls_only` sends code with procedure calls here to a worker thread
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_GeneratorExp = _keep
+
+
+def _released(call: ProcedureCall) -> ProcedureCall:
+    """`call`, counted as time out of embedded Python (an interrupt then waits for a safe point)."""
+
+    async def released(procedure: Any, *args: Any, **kwargs: Any) -> Any:
+        interrupts.python.running -= 1
+        try:
+            return await call(procedure, *args, **kwargs)
+        finally:
+            interrupts.python.running += 1
+
+    return released
+
+
+def _writes(namespace: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """Names bound `before` that now hold a different object, and their new values."""
+    writes = {}
+    for name, old in before.items():
+        new = dict.get(namespace, name, _ABSENT)
+        if new is not old and new is not _ABSENT:
+            writes[name] = new
+    return writes
 
 
 _READ_OPS = frozenset({"LOAD_NAME", "LOAD_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"})
@@ -398,6 +576,8 @@ def _snapshot(namespace: dict[str, Any], names: frozenset[str] | None) -> dict[s
     before = {}
     for name in names:
         value = dict.get(namespace, name, _ABSENT)
+        if value is _ABSENT and type(namespace) is not dict:
+            value = namespace.get(name, _ABSENT)  # a lazy namespace loads the binding now
         if value is not _ABSENT:
             before[name] = value
     return before

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -156,14 +156,14 @@ class Scheduler:
         self._calls: list[ScheduledCall] = []
 
     async def __aenter__(self) -> Scheduler:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
+        # The task group opens with the first spawned call: most bodies schedule
+        # none, and an open group makes every await under it cost more per level
+        # of nested procedure calls.
         return self
 
-    async def __aexit__(
-        self, exc_type: Any, exc: BaseException | None, tb: Any
-    ) -> Literal[False]:  # never swallows: returns False or raises the first call failure
-        assert self._group is not None
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if self._group is None:
+            return False
         # Drain: every scheduled call runs to completion before the scope exits.
         await self._group.__aexit__(None, None, None)
         if exc is not None and not isinstance(exc, Exception):
@@ -192,8 +192,11 @@ class Scheduler:
             error._kedi_logged = True  # type: ignore[attr-defined]
         log.warning(template, error)
 
-    def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
+    async def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
         """Start `work` now; return the call whose result its promises share."""
+        if self._group is None:
+            self._group = anyio.create_task_group()
+            await self._group.__aenter__()
         call = ScheduledCall(sequence, origin)
         self._calls.append(call)
 
@@ -203,6 +206,5 @@ class Scheduler:
             except Exception as error:
                 call.settle(error=error)
 
-        assert self._group is not None
         self._group.start_soon(run)
         return call

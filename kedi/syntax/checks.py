@@ -75,11 +75,47 @@ def check_module(
     """
     if not isinstance(module, ast.Module):
         raise KediUsageError(f"check_module() expects a Module, not {type(module).__name__}")
-    context = _Context(module, fragment, frozenset(known_globals))
-    found = [diagnostic for check in _CHECKS for diagnostic in check(context)]
+    too_deep = _too_deep(module)
+    if too_deep is not None:
+        found = [too_deep]  # the other checks (and the interpreter) recurse over the tree
+    else:
+        context = _Context(module, fragment, frozenset(known_globals))
+        found = [diagnostic for check in _CHECKS for diagnostic in check(context)]
     if source is not None:
-        found = [replace(d, source_line=source.line_text(d.span.line)) for d in found]
+        lines: dict[int, str] = {}  # one string per line, however many problems it has
+        found = [
+            replace(d, source_line=lines.get(d.span.line) or lines.setdefault(d.span.line, source.line_text(d.span.line)))
+            for d in found
+        ]
     return sorted(found, key=lambda d: (d.span.line, d.span.column, d.message))
+
+
+MAX_NESTING = 100
+"""How deeply procedures, calls (`<f(<g(x)>)>`) and type subscripts may nest, counted together.
+
+The parser accepts any depth; the checks and the interpreter walk the tree
+recursively, so deeper programs get a located error instead of a `RecursionError`.
+"""
+
+_NESTING = (ast.Procedure, ast.Call, ast.TypeSubscript, ast.TypeUnion, ast.ProfileDef)
+
+
+def _too_deep(module: ast.Module) -> Diagnostic | None:
+    """The diagnostic for the first construct nested more than `MAX_NESTING` deep (an iterative walk)."""
+    stack: list[tuple[Any, int]] = [(module, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, _NESTING):
+            depth += 1
+            if depth > MAX_NESTING:
+                return Diagnostic(
+                    node.span,
+                    f"nested too deeply: more than {MAX_NESTING} levels of procedures, calls and types",
+                    "move the inner part into a procedure of its own",
+                )
+        # Reversed onto the stack: the first problem in source order is the one reported.
+        stack.extend((child, depth) for child in reversed(_children(node)))
+    return None
 
 
 def check_or_raise(
@@ -382,6 +418,17 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return tuple(item.name for item in fields(cls) if item.name != "span")
 
 
+def _children(node: Any) -> list[Any]:
+    """The AST nodes directly below `node`, in source order."""
+    children = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if hasattr(child, "__dataclass_fields__"):
+                children.append(child)
+    return children
+
+
 def _walk(node: Any) -> list[Any]:
     """`node` and every AST node below it, in source order."""
     found = []
@@ -389,14 +436,7 @@ def _walk(node: Any) -> list[Any]:
     while stack:
         current = stack.pop()
         found.append(current)
-        children = []
-        node_type: type = type(current)
-        for name in _child_fields(node_type):
-            value = getattr(current, name)
-            for child in value if isinstance(value, tuple) else (value,):
-                if hasattr(child, "__dataclass_fields__"):
-                    children.append(child)
-        stack.extend(reversed(children))
+        stack.extend(reversed(_children(current)))
     return found
 
 
