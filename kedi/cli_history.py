@@ -148,7 +148,7 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
     try:
         if options.replay or options.resume:
             ref = options.replay or options.resume
-            session = store.session(ref)  # type: ignore[arg-type]
+            session = store.session(ref)  # type: ignore[arg-type]  # a non-None id was checked above
             runs = store.runs(session.id)
             if not runs:
                 raise KediUsageError(f"session {session.label!r} has no recorded run")

@@ -24,7 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> KediFile | None:
     if file_path.suffix == ".kedi" and "@test:" in file_path.read_text(encoding="utf-8", errors="replace"):
-        return KediFile.from_parent(parent, path=file_path)  # type: ignore[no-any-return]
+        return KediFile.from_parent(parent, path=file_path)
     return None
 
 
@@ -78,7 +78,7 @@ class KediCase(pytest.Item):
         pytest shows it as "ERROR at setup of" the first case that runs, and
         the file's other cases still run.
         """
-        parent: KediFile = self.parent  # type: ignore[assignment]
+        parent: KediFile = self.parent  # type: ignore[assignment]  # pytest types parent as Node; ours is always a KediFile
         runtime = parent.runtime_for(self.config.getoption("--kedi-model"))
         if runtime.setup_errors and not parent.setup_reported:
             parent.setup_reported = True
@@ -90,7 +90,7 @@ class KediCase(pytest.Item):
         from kedi.adapters.resources import run_scope
         from kedi.runtime.suites import run_case
 
-        parent: KediFile = self.parent  # type: ignore[assignment]
+        parent: KediFile = self.parent  # type: ignore[assignment]  # pytest types parent as Node; ours is always a KediFile
         runtime = parent.runtime
 
         async def run() -> Any:

@@ -93,7 +93,7 @@ def create_adapter(adapter: Any, model: Any) -> Adapter:
         if adapter is not None and adapter != framework:
             raise KediConfigError(f"a {framework} model object cannot run on adapter {adapter!r}")
         framework_adapter: Any = adapter_class(framework)
-        return framework_adapter(model)  # type: ignore[no-any-return]
+        return framework_adapter(model)
     if model is not None and model.startswith("script:"):
         return _build("script", model[len("script:") :])
     if adapter in (None, "local") and model is not None and model.split(":")[0] == "local":

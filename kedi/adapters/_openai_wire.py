@@ -390,7 +390,11 @@ def error_fields(data: Any) -> tuple[str, str]:
     return code, str(message) if message else json.dumps(error)[:500]
 
 
-_SHAPE_FIELD = re.compile(r"\b(response_format|json_schema|json_object|tool_choice|tools|functions)\b")
+_SHAPE_FIELD = re.compile(
+    r"\b(response_format|json_schema|json_object|tool_choice|tools|functions"
+    r"|tool[ _-]?call(?:s|ing)?|function[ _-]?call(?:s|ing)?)\b",
+    re.IGNORECASE,
+)
 """Request fields whose rejection means the structured-output *shape* was refused."""
 
 
@@ -495,7 +499,7 @@ def string_content_http_client() -> Any:
 
     sdk_httpx: Any = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
 
-    class StringContent(sdk_httpx.AsyncHTTPTransport):  # type: ignore[misc, name-defined]
+    class StringContent(sdk_httpx.AsyncHTTPTransport):
         async def handle_async_request(self, request: Any) -> Any:
             if request.method == "POST" and request.url.path.endswith("/chat/completions"):
                 body = json.loads(await request.aread())

@@ -98,7 +98,7 @@ class FreshAfterEdit(AbstractCapability[Any]):
         if not self.call.stale or not settings or "openai_previous_response_id" not in settings:
             return request_context
         fresh = {key: value for key, value in settings.items() if key != "openai_previous_response_id"}
-        return replace(request_context, model_settings=fresh)  # type: ignore[arg-type]
+        return replace(request_context, model_settings=fresh)  # type: ignore[arg-type]  # Pydantic AI types model_settings narrower than it accepts
 
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse

@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from kedi.errors import KediConfigError
+from kedi.redaction import logger, remember_secret
 
 __all__ = [
     "STRUCTURED_MODES",
@@ -107,8 +108,20 @@ def api_key() -> str:
             raise KediConfigError(
                 f"--api-key-env names the environment variable {named}, which is not set"
             )
-        return os.environ[named].strip()
-    return os.environ.get(DEFAULT_KEY_ENV, "").strip()
+        return clean_key(os.environ[named])
+    return clean_key(os.environ.get(DEFAULT_KEY_ENV, ""))
+
+
+def clean_key(key: str) -> str:
+    """`key` without surrounding whitespace (a CRLF `.env` file leaves a `\\r`), with a
+    warning when there was any; remembered so that redaction masks it in every spelling."""
+    if key != key.strip():
+        logger.warning("the API key has surrounding whitespace; kedi strips it")
+        remember_secret(key)
+        key = key.strip()
+    if key:
+        remember_secret(key)
+    return key
 
 
 def forced_structured_mode() -> str | None:

@@ -260,6 +260,7 @@ class LangChainAdapter(Adapter):
         self.check(request)
         processor = chain_processors(self.history_processor, request.history_processor)
         if self._name is None:
+            assert self.chat_model is not None  # `check` refuses an adapter without one
             return await _Turn(self, request, processor, self.chat_model).run()
         # LangChain caches one HTTP client per process, whose connections belong to the
         # event loop of the run that opened them; a model kedi built gets a client of its

@@ -195,7 +195,7 @@ class OpenAIAdapter(Adapter):
         check_structured_mode(structured_mode, "structured_mode")
         self.model_name = model
         self.base_url = _base_url(base_url or configured_base_url() or DEFAULT_BASE_URL)
-        self._api_key = _clean_key(api_key if api_key is not None else endpoint.api_key())
+        self._api_key = endpoint.clean_key(api_key) if api_key is not None else endpoint.api_key()
         self.structured_mode: StructuredMode = structured_mode
         self._forced_mode = forced_structured_mode()
         self.stream = stream
@@ -248,7 +248,7 @@ class OpenAIAdapter(Adapter):
         setting = request.settings.get("structured_mode")
         if setting is not None:
             check_structured_mode(setting, "the structured_mode setting")
-        mode: StructuredMode = self._forced_mode or setting or self.structured_mode  # type: ignore[assignment]
+        mode: StructuredMode = self._forced_mode or setting or self.structured_mode  # type: ignore[assignment]  # the setting was validated against the modes when parsed
         auto = mode == "auto"
         if auto:
             # The schema's best mode, unless this server is known to need a lower one.
@@ -772,17 +772,6 @@ class _Borrowed(httpx.AsyncBaseTransport):
 def _ssl_context() -> ssl.SSLContext:
     # Building a context loads the CA bundle (~0.1 s); every client shares this one.
     return httpx.create_ssl_context()
-
-
-def _clean_key(key: str) -> str:
-    """The key without surrounding whitespace (a CRLF `.env` file), remembered for redaction."""
-    if key != key.strip():
-        logger.warning("the OpenAI API key has surrounding whitespace; kedi strips it")
-        remember_secret(key)
-        key = key.strip()
-    if key:
-        remember_secret(key)
-    return key
 
 
 def _base_url(url: str) -> str:

@@ -205,6 +205,7 @@ class PydanticAdapter(Adapter):
         """`POST <url>` of the chat-completions endpoint kedi configured, named in errors."""
         self._chat_model_at: Callable[[Any], Model] | None = None
         """Builds the chat model at the configured base URL with a given HTTP client."""
+        self._model: Model | None
         at_base_url = model_at_base_url(model) if isinstance(model, str) else None
         if at_base_url is not None:
             self._chat_model_at, self.endpoint = at_base_url

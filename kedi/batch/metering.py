@@ -145,7 +145,7 @@ def instrument(adapter: Adapter, gate: Gate, *, gates_requests: bool) -> Adapter
         _count(gate, result.usage)
         return result
 
-    adapter.request = request  # type: ignore[method-assign,assignment]
+    adapter.request = request  # type: ignore[method-assign,assignment]  # a per-instance wrapper that meters the adapter
     return adapter
 
 

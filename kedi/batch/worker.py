@@ -74,7 +74,7 @@ class AdapterPool:
         parameters = inspect.signature(type(instance)).parameters
         if "transport" in parameters and "base_url" in parameters:
             transport = GatedTransport(self._gate)
-            rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]
+            rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]  # only OpenAI-compatible adapters reach here
             return instrument(rebuilt, self._gate, gates_requests=False)
         if self._base_url is not None:
             raise KediConfigError(f"--base-url applies to the openai adapter, not {instance.shortname!r}")
@@ -100,7 +100,7 @@ def _batch_create_adapter(adapter: Any, model: str | None) -> Adapter:
 
 # The runtime has no hook for who builds a run's adapters; this name is the one
 # it calls. Outside a batch row the original function runs, unchanged.
-calls_module.create_adapter = _batch_create_adapter  # type: ignore[attr-defined]
+calls_module.create_adapter = _batch_create_adapter
 
 
 def describe_error(failure: Exception) -> dict[str, str]:

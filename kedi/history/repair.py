@@ -220,7 +220,7 @@ def repair_for_request(messages: HistoryInput) -> list[Message]:
     if isinstance(messages, LaneView):
         state = messages.incremental(_REQUEST_HISTORY, RequestHistory)
         if state is not None:
-            return state.messages()  # type: ignore[no-any-return]
+            return state.messages()
     pairing = _Pairing()
     for message in iter_messages(messages):
         if message.role != "system":
@@ -233,7 +233,7 @@ def request_history_tokens(messages: HistoryInput) -> int | None:
     if isinstance(messages, LaneView):
         state = messages.incremental(_REQUEST_HISTORY, RequestHistory)
         if state is not None:
-            return state.tokens()  # type: ignore[no-any-return]
+            return state.tokens()
     return None
 
 

@@ -145,7 +145,7 @@ async def run_eval(
 
     async with Scheduler(limiter) as scheduler:
         for index in range(len(rows)):
-            scheduler.spawn(index, f"{runtime.program.path}:{suite.span.line}", functools.partial(score, index))
+            await scheduler.spawn(index, f"{runtime.program.path}:{suite.span.line}", functools.partial(score, index))
     report.rows = [r for r in results if r is not None]
     return report
 

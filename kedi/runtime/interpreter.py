@@ -782,7 +782,7 @@ class _Namespace(dict[str, Any]):
         dict.__setitem__(self, name, value)
         return value
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         """`dict.get` that loads the binding like a read does."""
         try:
             return self[name]

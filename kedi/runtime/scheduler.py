@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -161,7 +161,9 @@ class Scheduler:
         # of nested procedure calls.
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(
+        self, exc_type: Any, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:  # never swallows: returns False or raises the first call failure
         if self._group is None:
             return False
         # Drain: every scheduled call runs to completion before the scope exits.
@@ -189,7 +191,7 @@ class Scheduler:
         if self.quiet or getattr(error, "_kedi_logged", False):
             return
         with contextlib.suppress(AttributeError):
-            error._kedi_logged = True  # type: ignore[attr-defined]
+            error._kedi_logged = True  # type: ignore[attr-defined]  # a marker attribute on the exception object
         log.warning(template, error)
 
     async def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:

@@ -159,7 +159,7 @@ def expand_records(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]
         messages = list(record.get("messages") or ())
         reference = record.get(REFERENCE)
         if isinstance(reference, dict):
-            base = bases.get(reference.get("index"))  # type: ignore[arg-type]
+            base = bases.get(reference.get("index"))  # type: ignore[arg-type]  # a missing index is looked up as None and not found
             if base is None:
                 raise KediUsageError(
                     f"transcript record {record.get('index')} refers to record {reference.get('index')}, which is missing"

@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast as python_ast
 import builtins
 import difflib
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -52,6 +51,7 @@ from kedi.syntax.directives import (
     Placement,
     Validator,
 )
+from kedi.syntax.python_snippets import literal_type, python_bindings
 
 _ALWAYS_KNOWN = frozenset(dir(builtins)) | {"args"}
 _RESERVED = "args"
@@ -300,48 +300,12 @@ class _ScopeBuilder:
                     assert_never(segment)
 
     def python(self, code: ast.PythonCode, scope: _Scope) -> None:
-        local_names, global_names, star = _python_bindings(code.code)
+        local_names, global_names, star = python_bindings(code.code)
         self.open = self.open or star
         for name in local_names:
             scope.bind(name, "python")
         for name in global_names:
             self.module.bind(name, "python")
-
-
-def _python_bindings(code: str) -> tuple[set[str], set[str], bool]:
-    """Names a Python snippet may bind, names it declares `global`, and whether it star-imports.
-
-    Every binding anywhere in the snippet counts (conservatively, even inside
-    its functions). Code that does not parse binds nothing: the runtime
-    reports the syntax error.
-    """
-    # Odd string escapes make the parser warn; that is the runtime's business.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            tree = python_ast.parse(code)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return set(), set(), False
-    names: set[str] = set()
-    global_names: set[str] = set()
-    star = False
-    for node in python_ast.walk(tree):
-        match node:
-            case python_ast.Name(ctx=python_ast.Store() | python_ast.Del()):
-                names.add(node.id)
-            case python_ast.FunctionDef() | python_ast.AsyncFunctionDef() | python_ast.ClassDef():
-                names.add(node.name)
-            case python_ast.Import() | python_ast.ImportFrom():
-                for alias in node.names:
-                    star = star or alias.name == "*"
-                    names.add(alias.asname or alias.name.split(".")[0])
-            case python_ast.Global():
-                global_names.update(node.names)
-            case python_ast.ExceptHandler(name=str(name)) | python_ast.MatchAs(name=str(name)):
-                names.add(name)
-            case python_ast.MatchStar(name=str(name)) | python_ast.MatchMapping(rest=str(name)):
-                names.add(name)
-    return names, global_names, star
 
 
 def _type_refs(expr: ast.TypeExpr | None) -> Iterator[_Ref]:
@@ -414,14 +378,15 @@ def _did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
 
 
 @cache
-def _child_fields(cls: type) -> tuple[str, ...]:
+def _child_fields(cls: Any) -> tuple[str, ...]:
     return tuple(item.name for item in fields(cls) if item.name != "span")
 
 
 def _children(node: Any) -> list[Any]:
     """The AST nodes directly below `node`, in source order."""
     children = []
-    for name in _child_fields(type(node)):
+    kind: Any = type(node)
+    for name in _child_fields(kind):
         value = getattr(node, name)
         for child in value if isinstance(value, tuple) else (value,):
             if hasattr(child, "__dataclass_fields__"):
@@ -581,7 +546,7 @@ def _check_untyped_assignments(context: _Context) -> Iterator[Diagnostic]:
             tree = python_ast.parse(segments[0].code.code.strip(), mode="eval")
         except SyntaxError:
             continue  # reported where the code runs, with its Python line
-        kind = _literal_type(tree.body)
+        kind = literal_type(tree.body)
         if kind is not None and kind != "str":
             yield Diagnostic(
                 node.span,
@@ -589,35 +554,6 @@ def _check_untyped_assignments(context: _Context) -> Iterator[Diagnostic]:
                 "but an untyped assignment holds a str",
                 f"declare the type ([{node.target}: {kind}] = ...) or convert with `str(...)`",
             )
-
-
-_NUMBERS = ("bool", "int", "float", "complex")
-_CONTAINERS = {
-    python_ast.List: "list",
-    python_ast.Tuple: "tuple",
-    python_ast.Dict: "dict",
-    python_ast.Set: "set",
-}
-
-
-def _literal_type(node: python_ast.expr) -> str | None:
-    """The type name of a literal Python expression (`1 + 2` is int), or None if not literal."""
-    if isinstance(node, python_ast.Constant):
-        return "None" if node.value is None else type(node.value).__name__
-    if type(node) in _CONTAINERS:
-        return _CONTAINERS[type(node)]
-    if isinstance(node, python_ast.UnaryOp) and not isinstance(node.op, python_ast.Not):
-        operand = _literal_type(node.operand)
-        return "int" if operand == "bool" else operand if operand in _NUMBERS else None
-    if isinstance(node, python_ast.BinOp):
-        left, right = _literal_type(node.left), _literal_type(node.right)
-        if left == right == "str" and isinstance(node.op, python_ast.Add):
-            return "str"
-        if left in _NUMBERS and right in _NUMBERS:
-            if isinstance(node.op, python_ast.Div):
-                return "complex" if "complex" in (left, right) else "float"
-            return max(left, right, "int", key=_NUMBERS.index)
-    return None
 
 
 # --------------------------------------------------------------------------- placement

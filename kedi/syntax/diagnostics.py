@@ -464,7 +464,7 @@ class _Failure:
         callee = self.stack[index - 1] if index > 0 else None
         name = f" to `{self.text(callee)}`" if type(callee) is tuple and callee[0] == "NAME" else ""
         header = self.stack[index - 2] if index > 1 else None
-        if type(header) is tuple and header[0] == "METRIC" and name:
+        if type(header) is tuple and header[0] == "METRIC" and name and type(callee) is tuple:
             return self._at(  # `> metric: fn():` names no dataset
                 f"`> metric: {self.text(callee)}(...)` must name the one dataset it scores, found {self.found}",
                 f"write `> metric: {self.text(callee)}(dataset):`, or `> metric: {self.text(callee)}:` for a metric that runs once",

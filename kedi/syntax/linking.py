@@ -36,6 +36,7 @@ from pathlib import Path
 from kedi.errors import Diagnostic, KediCheckError
 from kedi.source import SourceFile, read_source
 from kedi.syntax import ast
+from kedi.syntax.python_snippets import python_bindings
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
 """Where the modules shipped inside the kedi wheel live."""
@@ -295,8 +296,6 @@ def _missing(node: ast.Import, importer: str, searched: list[str]) -> Diagnostic
 
 def top_level_names(module: ast.Module, imports: dict[str, LinkedModule]) -> tuple[set[str], set[str]]:
     """(names the module's own top level binds, names its imports bring in)."""
-    from kedi.syntax.checks import _python_bindings  # the checker's rule for Python bindings
-
     own: set[str] = set()
     imported: set[str] = set()
     for node in module.body:
@@ -308,7 +307,7 @@ def top_level_names(module: ast.Module, imports: dict[str, LinkedModule]) -> tup
             case ast.Template(rows=rows):
                 own.update(_captures(rows))
             case ast.PythonBlock(code=code) | ast.PythonStatement(code=code):
-                local_names, global_names, _ = _python_bindings(code.code)
+                local_names, global_names, _ = python_bindings(code.code)
                 own.update(local_names | global_names)
             case ast.Import(names=None):
                 child = imports.get(node.module)

@@ -42,7 +42,7 @@ def read_manifest(package: ast.Package) -> Manifest:
         if entry.key == "python_dependencies":
             dependencies = tuple(item.strip() for item in entry.items if item.strip())
         elif all(isinstance(s, ast.Text) for s in entry.value):
-            fields[entry.key] = "".join(s.value for s in entry.value).strip()  # type: ignore[union-attr]
+            fields[entry.key] = "".join(s.value for s in entry.value).strip()  # type: ignore[union-attr]  # manifest values are text segments (checked by the caller)
     return Manifest(package.name, fields, dependencies)
 
 

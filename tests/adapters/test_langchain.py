@@ -456,7 +456,7 @@ def test_bad_constructor_arguments_are_config_errors(monkeypatch: pytest.MonkeyP
 
 def test_a_model_name_goes_through_init_chat_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(KediConfigError, match="LangChain cannot build chat model 'openai:gpt-4o-mini': Missing credentials"):
+    with pytest.raises(KediConfigError, match="LangChain cannot build a chat model for 'openai:gpt-4o-mini': Missing credentials"):
         LangChainAdapter("openai:gpt-4o-mini")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     adapter = LangChainAdapter().with_model("openai:gpt-4o-mini")

@@ -105,12 +105,15 @@ async def test_auto_mode_steps_down_from_the_output_tool_to_prompted(server: Ope
 async def test_a_422_rejection_steps_down_too(server: OpenAIServer) -> None:
     server.add(
         Reply(422, error_body("response_format json_schema unsupported")),
-        Reply(body=completion(tool_calls=[tool_call("c1", "final_result", CITY_ARGS)])),
+        Reply(body=completion(CITY_ARGS)),
     )
     assert (await make(server).request(call(output=CITY))).value == {
         "name": "Paris",
         "population": 1,
     }
+    first, second = server.bodies
+    assert first["response_format"]["type"] == "json_schema"
+    assert second["response_format"]["type"] == "json_object"  # the next mode down
 
 
 @pytest.mark.anyio
@@ -124,7 +127,7 @@ async def test_an_explicit_mode_never_steps_down(server: OpenAIServer) -> None:
 @pytest.mark.parametrize(
     ("status", "message", "code", "error"),
     [
-        (404, "response_format json_schema: no such model", None, ModelNotFoundError),
+        (404, "no such model", None, ModelNotFoundError),  # names no request field
         (400, "the model is overloaded", None, ProviderError),  # mentions no structured mode
         (
             400,
@@ -327,7 +330,7 @@ async def test_a_stream_error_status_and_a_bad_chunk_are_mapped(server: OpenAISe
         ),
         (
             {"model": MODEL, "structured_mode": "native"},
-            "unknown structured_mode 'native'; use one of auto, json_schema, tool, prompted",
+            "unknown structured_mode 'native' (structured_mode); use one of auto, json_schema, json_object, tool, prompted",
         ),
         ({"model": MODEL, "timeout": -1}, "timeout"),
         ({"model": MODEL, "base_url": "http://[::1"}, "invalid OpenAI base URL"),

@@ -48,7 +48,14 @@ def test_settings_are_canonical_in_the_key() -> None:
 
 def test_transport_only_settings_share_the_lane() -> None:
     """docs/history.md, "What splits a lane": these settings never start a new lane."""
-    assert TRANSPORT_SETTINGS == {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit"}
+    assert TRANSPORT_SETTINGS == {
+        "timeout",
+        "max_retries",
+        "num_retries",
+        "extra_headers",
+        "request_limit",
+        "max_reply_bytes",
+    }
     adapter = OfflineAdapter()
     shaping = {"temperature": 0.2}
     base = LaneKey.for_call(adapter, shaping)

@@ -39,7 +39,7 @@ def test_forty_calls_with_history_write_kilobytes_and_expand_to_the_full_records
 
     # Linear: each record holds its one new prompt (and the reply); full: the whole history each time.
     assert linear.stat().st_size < 40_000
-    assert full.stat().st_size > 10 * linear.stat().st_size
+    assert full.stat().st_size > 5 * linear.stat().st_size  # quadratic against linear
     full_records = read_transcript(full).records
     assert [len(r["messages"]) for r in full_records] == [2 * n + 1 for n in range(40)]
     expanded = list(expand_records(read_transcript(linear).records))

@@ -57,7 +57,7 @@ def test_ten_thousand_problems_on_one_40_kb_line_render_twenty_screen_lines() ->
 
 
 def test_a_long_line_is_cut_around_the_column_with_the_caret_under_the_problem() -> None:
-    source = "[a] = `1`\n>> " + "x" * 300 + " <nope> " + "x" * 300 + "\n"
+    source = "[a] = `\"1\"`\n>> " + "x" * 300 + " <nope> " + "x" * 300 + "\n"
     with pytest.raises(KediCheckError) as caught:
         kedi.compile(source, path="long.kedi")
     text = caught.value.render()
