@@ -17,7 +17,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,7 +273,8 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
     """A session's turns: roles, captures, tool calls, usage."""
     with _opened() as store:
         info = store.session(session)
-        turns = store.turns(info.id, replay_data=as_json)
+        # the listing reads only what it shows (no replay data, no dataclass per turn)
+        turns: Sequence[Any] = store.turns(info.id) if as_json else store.turn_summaries(info.id)
         runs = store.runs(info.id)
     from kedi.history.lanes import LaneKey
 
@@ -285,50 +286,60 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
                                "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
         return
     # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
-    # (rich parsed every line's markup: 9 s), and the styles vanish when piped.
-    bold = functools.partial(click.style, bold=True)
+    # (rich parsed every line's markup: 9 s); piped output is not styled at all.
+    style = click.style if _colored() else _unstyled
+    bold_role = functools.cache(functools.partial(style, bold=True))
     out: list[str] = [
-        f"{bold('session')} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
+        f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
         f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
     ]
     for turn in turns:
         usage = turn.usage or {}
         out.append(
-            f"\n{click.style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
+            f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
             f"lane {label(turn.lane)}{'' if turn.history else '  (no history)'}  "
             f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
         )
         for message in turn.messages:
-            out.extend(_message_lines(message))
+            _message_lines(message, out, style, bold_role)
         if isinstance(turn.value, dict):
             captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
-            out.append(f"  {click.style('captures', fg='green')} {captures}")
+            out.append(f"  {style('captures', fg='green')} {captures}")
     for run in runs:
         if run.failure:
             out.append(
-                "\n" + click.style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+                "\n" + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
                 + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
             )
-    click.echo("\n".join(out))
+    text = "\n".join(out)
+    # click strips escape codes (a model's too) from piped output with a regex over every
+    # byte; a text with none has nothing to strip
+    click.echo(text, color=None if "\x1b" in text else True)
 
 
-@functools.cache
-def _styled_role(role: str) -> str:
-    return click.style(role, bold=True)
+def _colored() -> bool:
+    """Whether output is styled: `--color`/`color=` of the context, else whether stdout is a terminal."""
+    context = click.get_current_context(silent=True)
+    chosen = context.color if context is not None else None
+    return sys.stdout.isatty() if chosen is None else chosen
 
 
-def _message_lines(message: Any) -> list[str]:
-    """One message as indented lines: `role: content`, then each tool call as `→ name(args)`."""
+def _unstyled(text: str, **_: Any) -> str:
+    return text
+
+
+def _message_lines(message: Any, out: list[str], style: Callable[..., str], role_style: Callable[[str], str]) -> None:
+    """Append one message as indented lines to `out`: `role: content`, then each tool call as `→ name(args)`."""
     if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
-        return [f"  {json.dumps(message, ensure_ascii=False)[:500]}"]
-    role = _styled_role(str(message["role"]))
+        out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
+        return
+    role = role_style(str(message["role"]))
     text = str(message.get("content", ""))
-    lines = [f"  {role}: {text}" if text else f"  {role}:"]
-    for call in message.get("toolCalls", []):
-        lines.append("    " + click.style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
+    out.append(f"  {role}: {text}" if text else f"  {role}:")
+    for call in message.get("toolCalls", ()):
+        out.append("    " + style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
     if message.get("role") == "tool" and message.get("toolName"):
-        lines[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
-    return lines
+        out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
 
 
 def _turn_json(turn: Any) -> dict[str, Any]:
