@@ -17,9 +17,9 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ import click
 from kedi.errors import KediError, KediUsageError
 
 if TYPE_CHECKING:
-    from kedi.history.store import SessionInfo
+    from kedi.history.store import RunInfo, SessionInfo, TurnRecord, TurnSummary
     from kedi.history.store.base import Store
     from kedi.runtime.program import Program
     from kedi.runtime.sessions import SessionRecorder
@@ -273,18 +273,29 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
     """A session's turns: roles, captures, tool calls, usage."""
     with _opened() as store:
         info = store.session(session)
-        # the listing reads only what it shows (no replay data, no dataclass per turn)
-        turns: Sequence[Any] = store.turns(info.id) if as_json else store.turn_summaries(info.id)
         runs = store.runs(info.id)
-    from kedi.history.lanes import LaneKey
-
-    label = functools.lru_cache(maxsize=None)(LaneKey.label)  # a session names a handful of lanes
-    if lane_filter:
-        turns = [turn for turn in turns if lane_filter in label(turn.lane)]
+        if as_json:
+            records = store.turns(info.id)
+        else:
+            # the listing reads only what it shows: no replay data, no dataclass per turn
+            turns = store.turn_summaries(info.id)
     if as_json:
-        click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
-                               "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
-        return
+        _show_json(info, runs, records, lane_filter)
+    else:
+        _show_text(info, runs, [turn for turn in turns if lane_filter in turn.lane_label] if lane_filter else turns)
+
+
+def _show_json(info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], lane_filter: str | None) -> None:
+    if lane_filter:
+        from kedi.history.lanes import LaneKey
+
+        label = functools.cache(LaneKey.label)  # a session names a handful of lanes
+        turns = [turn for turn in turns if lane_filter in label(turn.lane)]
+    click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
+                           "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
+
+
+def _show_text(info: SessionInfo, runs: list[RunInfo], turns: list[TurnSummary]) -> None:
     # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
     # (rich parsed every line's markup: 9 s); piped output is not styled at all.
     style = click.style if _colored() else _unstyled
@@ -297,7 +308,7 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
         usage = turn.usage or {}
         out.append(
             f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
-            f"lane {label(turn.lane)}{'' if turn.history else '  (no history)'}  "
+            f"lane {turn.lane_label}{'' if turn.history else '  (no history)'}  "
             f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
         )
         for message in turn.messages:
@@ -318,10 +329,11 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
 
 
 def _colored() -> bool:
-    """Whether output is styled: `--color`/`color=` of the context, else whether stdout is a terminal."""
-    context = click.get_current_context(silent=True)
-    chosen = context.color if context is not None else None
-    return sys.stdout.isatty() if chosen is None else chosen
+    """Whether `click.echo` would keep styles on stdout (a terminal, or `color=True`): the same test it makes."""
+    from click import globals as click_globals
+    from click import utils as click_utils
+
+    return not click_utils.should_strip_ansi(sys.stdout, click_globals.resolve_color_default())
 
 
 def _unstyled(text: str, **_: Any) -> str:
@@ -333,17 +345,18 @@ def _message_lines(message: Any, out: list[str], style: Callable[..., str], role
     if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
         out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
         return
-    role = role_style(str(message["role"]))
+    role = str(message["role"])
     text = str(message.get("content", ""))
-    out.append(f"  {role}: {text}" if text else f"  {role}:")
+    out.append(f"  {role_style(role)}: {text}" if text else f"  {role_style(role)}:")
     for call in message.get("toolCalls", ()):
         out.append("    " + style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
-    if message.get("role") == "tool" and message.get("toolName"):
+    if role == "tool" and message.get("toolName"):
         out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
 
 
-def _turn_json(turn: Any) -> dict[str, Any]:
-    data = asdict(turn)
+def _turn_json(turn: TurnRecord) -> dict[str, Any]:
+    # shallow: the fields hold decoded JSON already, which `asdict` would deep-copy (most of --json's time)
+    data = {field.name: getattr(turn, field.name) for field in fields(turn)}
     data["lane"] = {"label": turn.lane.label(), **asdict(turn.lane)}
     return data
 

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from itertools import repeat
 from typing import Any, Protocol
 
 from kedi.history.lanes import Conversation, Lane, LaneKey
@@ -422,14 +423,19 @@ class Store:
             "FROM turns WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
+        if not rows:
+            return []
         try:
             decoded = json.loads("[" + ",".join(text for row in rows for text in row[5:]) + "]")
         except ValueError as error:
             raise StoreError(f"session {session_id}: a stored turn is not valid JSON ({error})") from None
-        return [
-            TurnSummary(int(seq), int(run_no), decode_lane_key(lane), bool(history), origin, *decoded[3 * index : 3 * index + 3])
-            for index, (seq, run_no, lane, history, origin, *_) in enumerate(rows)
-        ]
+        seqs, run_nos, lanes, histories, origins, *_ = zip(*rows, strict=True)
+        keys = {text: decode_lane_key(text) for text in set(lanes)}  # a session names a handful of lanes
+        labels = {text: key.label() for text, key in keys.items()}
+        columns = zip(seqs, run_nos, map(keys.__getitem__, lanes), map(labels.__getitem__, lanes), map(bool, histories),
+                      origins, decoded[0::3], decoded[1::3], decoded[2::3], strict=True)
+        # column-wise, each tuple built in C: per-row Python calls cost as much as the decoding
+        return list(map(tuple.__new__, repeat(TurnSummary), columns))
 
     def load_conversation(
         self, session_id: str, *, before_run: int | None = None, adapters: Iterable[Any] = ()

@@ -129,6 +129,8 @@ class TurnSummary(NamedTuple):
     seq: int
     run_no: int
     lane: LaneKey
+    lane_label: str
+    """`lane.label()`, as transcripts name the lane."""
     history: bool
     origin: str
     messages: list[Any]

@@ -1,0 +1,194 @@
+"""`kedi history show`: what it prints, that its fast listing agrees with the full records, and that it starts light.
+
+The listing reads `TurnSummary` tuples (`Store.turn_summaries`) instead of
+full `TurnRecord`s and never imports pydantic: that is what makes a
+10,000-turn session print in well under half a second (`bench/store.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kedi.cli import main
+from kedi.history.lanes import LaneKey
+from kedi.history.store import StoreError, TurnRecord, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+PORTABLE_LANE = LaneKey("offline", "offline", "digest", tools="weather-v1")
+NATIVE_LANE = LaneKey("pydantic-ai", "test", "digest", format="pydantic-ai")
+
+TOOL_TURN = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "weather", "args": {"city": "Paris"}}]},
+    {"role": "tool", "content": "sunny", "toolName": "weather", "toolCallId": "c1"},
+    {"role": "tool", "content": "no such city", "toolName": "weather", "toolCallId": "c2", "failed": True},
+    {"role": "assistant", "content": "It is sunny."},
+]
+NATIVE_TURN = [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "hi"}]}]
+
+
+def fill(location: Path | str, name: str) -> None:
+    """A session with a tool-using turn, a stateless turn, a native-lane turn and a failed run."""
+    with open_store(location) as store:
+        session = store.create_session(name=name, program="flow.kedi", model="offline")
+        run = store.begin_run(session.id, program="flow.kedi")
+        store.commit_turn(TurnRecord(
+            session_id=session.id, run_no=run, lane=PORTABLE_LANE, origin="flow.kedi:3", messages=TOOL_TURN,
+            value={"forecast": "sunny", "degrees": 21}, usage={"input_tokens": 12, "output_tokens": 5},
+            request={"prompt": "Weather in Paris?"},
+        ))
+        store.commit_turn(TurnRecord(
+            session_id=session.id, run_no=run, lane=PORTABLE_LANE, origin="flow.kedi:5", history=False,
+            messages=[{"role": "user", "content": "\x1b[31mred\x1b[0m text"}], value="a plain reply",
+        ))
+        store.commit_turn(TurnRecord(session_id=session.id, run_no=run, lane=NATIVE_LANE, origin="flow.kedi:7",
+                                     messages=NATIVE_TURN))
+        store.finish_run(session.id, run, "failed", failure={"origin": "flow.kedi:9", "error": "ProviderError: boom"})
+
+
+@pytest.fixture
+def store_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "history.db"
+    monkeypatch.setenv("KEDI_HISTORY", str(path))
+    fill(path, "trip")
+    return path
+
+
+def show(*args: str, color: bool = False) -> str:
+    result = CliRunner().invoke(main, ["history", "show", *args], color=color)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_show_prints_roles_tool_calls_captures_usage_and_the_failed_run(store_file: Path) -> None:
+    with open_store(store_file) as store:
+        session_id = store.session("trip").id
+    portable, native = PORTABLE_LANE.label(), NATIVE_LANE.label()
+    assert show("trip").splitlines() == [
+        f"session trip  id {session_id}  program flow.kedi  model offline  turns 3",
+        "",
+        f"turn 1 run 1  flow.kedi:3  lane {portable}  tokens 12→5",
+        "  user: Weather in Paris?",
+        "  assistant:",
+        '    → weather({"city": "Paris"})',
+        "  tool: sunny  [weather]",
+        "  tool: no such city  [weather, failed]",
+        "  assistant: It is sunny.",
+        '  captures forecast="sunny", degrees=21',
+        "",
+        # a model's escape codes are stripped from piped output, as click does for any text
+        f"turn 2 run 1  flow.kedi:5  lane {portable}  (no history)  tokens 0→0",
+        "  user: red text",
+        "",
+        f"turn 3 run 1  flow.kedi:7  lane {native}  tokens 0→0",
+        f"  {json.dumps(NATIVE_TURN[0])}",
+        "",
+        "run 1 failed at flow.kedi:9: ProviderError: boom",
+    ]
+
+
+def test_lane_filter_and_colour(store_file: Path) -> None:
+    native_only = show("trip", "--lane", "pydantic-ai")
+    assert "turn 3 " in native_only and "turn 1 " not in native_only and "turn 2 " not in native_only
+    coloured = show("trip", color=True)
+    assert "\x1b[36m\x1b[1mturn 1\x1b[0m" in coloured and "\x1b[31mred\x1b[0m text" in coloured
+    assert "\x1b" not in show("trip")
+
+
+def test_json_is_the_full_records(store_file: Path) -> None:
+    data = json.loads(show("trip", "--json"))
+    first = data["turns"][0]
+    assert first["messages"] == TOOL_TURN and first["request"] == {"prompt": "Weather in Paris?"}
+    assert first["lane"] == {"label": PORTABLE_LANE.label(), **{k: getattr(PORTABLE_LANE, k) for k in
+                             ("adapter", "model", "settings", "mcp", "tools", "format")}}
+    assert [turn["seq"] for turn in data["turns"]] == [1, 2, 3]
+    assert data["runs"][0]["failure"]["error"] == "ProviderError: boom"
+    assert [t["seq"] for t in json.loads(show("trip", "--json", "--lane", "pydantic-ai"))["turns"]] == [3]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval \"$(.ci/start-postgres)\")")
+    return dsn
+
+
+def test_summaries_are_the_records_shown_fields(location: str) -> None:
+    """The listing's fast read path returns what the full records hold, on both backends."""
+    name = f"s-{uuid.uuid4()}"
+    fill(location, name)
+    with open_store(location) as store:
+        session = store.session(name)
+        records, summaries = store.turns(session.id), store.turn_summaries(session.id)
+        store.delete_session(session.id)
+        assert store.turn_summaries(session.id) == []
+    assert len(summaries) == len(records) == 3
+    for record, summary in zip(records, summaries, strict=True):
+        assert summary == (record.seq, record.run_no, record.lane, record.lane.label(), record.history,
+                           record.origin, record.messages, record.value, record.usage)
+        assert summary.history is record.history and summary.lane_label == record.lane.label()
+
+
+def test_a_damaged_turn_is_a_store_error_not_a_traceback(store_file: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store_file) as connection:
+        connection.execute("UPDATE turns SET messages = '[{broken' WHERE seq = 2")
+    with open_store(store_file) as store, pytest.raises(StoreError, match="not valid JSON"):
+        store.turn_summaries(store.session("trip").id)
+    result = CliRunner().invoke(main, ["history", "show", "trip"])
+    assert result.exit_code == 1 and "not valid JSON" in result.output
+
+
+# --------------------------------------------------------------------------- start-up imports
+
+PROBE = """
+import json, sys
+from kedi.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    print(json.dumps(sorted(sys.modules)))
+"""
+
+HEAVY = ("pydantic", "pydantic_core", "rich", "lark", "platformdirs")
+"""Packages `kedi history show` has no use for (platformdirs only finds the default store)."""
+
+
+def loaded(*args: str, store: Path) -> set[str]:
+    """The modules a fresh `kedi ARGS` loads."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        env={**os.environ, "KEDI_HISTORY": str(store), "PYTHONPATH": str(ROOT)},
+    )
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_history_show_loads_the_store_but_not_pydantic(store_file: Path) -> None:
+    modules = loaded("history", "show", "trip", store=store_file)
+    assert "kedi.history.store.sqlite" in modules  # the probe really showed the session
+    assert not {m.split(".")[0] for m in modules} & set(HEAVY)
+    kedi_modules = {m for m in modules if m.startswith("kedi.")}
+    assert not {m for m in kedi_modules if m.startswith(("kedi.runtime", "kedi.adapters", "kedi.syntax"))}
+    assert kedi_modules <= {"kedi.cli", "kedi.cli_history", "kedi.errors", "kedi.source", "kedi.history",
+                            "kedi.history.lanes", "kedi.history.store", "kedi.history.store.base",
+                            "kedi.history.store.records", "kedi.history.store.schema", "kedi.history.store.sqlite",
+                            "kedi.redaction"}
+
+
+@pytest.mark.parametrize("args", [("--version",), ("history", "--help")])
+def test_version_and_history_help_load_no_store(args: tuple[str, ...], store_file: Path) -> None:
+    modules = loaded(*args, store=store_file)
+    assert not {m for m in modules if m.startswith("kedi.history")}
+    assert not {m.split(".")[0] for m in modules} & {*HEAVY, "anyio", "sqlite3"}
