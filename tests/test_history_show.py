@@ -192,3 +192,27 @@ def test_version_and_history_help_load_no_store(args: tuple[str, ...], store_fil
     modules = loaded(*args, store=store_file)
     assert not {m for m in modules if m.startswith("kedi.history")}
     assert not {m.split(".")[0] for m in modules} & {*HEAVY, "anyio", "sqlite3"}
+
+
+HISTORY_PROBE = """
+import importlib, json, sys
+import kedi.history as history
+at_import = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "anyio") or m.startswith("kedi.history."))
+wrong = [name for name, (module, attribute) in history._LAZY.items()
+         if getattr(history, name) is not getattr(importlib.import_module(module), attribute)]
+helpers = [name for name in ("annotations", "importlib", "typing") if hasattr(history, name)]
+print(json.dumps([at_import, "pydantic" in sys.modules, wrong, helpers]))
+"""
+
+
+def test_kedi_history_loads_each_name_from_its_module_on_first_use() -> None:
+    """`import kedi.history` loads only the errors; its names (pydantic models among them) load when used."""
+    proc = subprocess.run([sys.executable, "-c", HISTORY_PROBE], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    at_import, pydantic_after_use, wrong, helpers = json.loads(proc.stdout)
+    assert at_import == [] and pydantic_after_use and wrong == [] and helpers == []
+    import kedi.history
+
+    eager = {name for name in vars(kedi.history) if name in kedi.history.__all__} - set(kedi.history._LAZY)
+    assert eager | set(kedi.history._LAZY) == set(kedi.history.__all__)
+    assert all(getattr(kedi.history, name).__module__ == "kedi.errors" for name in eager)

@@ -8,13 +8,14 @@ loading pydantic. See `docs/history.md` for the rules each operation follows.
 
 from __future__ import annotations
 
-# Imported as modules, so that every name this package binds is public API (see __all__).
-import importlib
-import typing
+# Private aliases, and `annotations` (the __future__ feature) removed: no helper
+# module or feature object is an attribute of the package (test_history_show).
+import importlib as _importlib
+import typing as _typing
 
 from kedi.errors import HistoryError, HistoryProcessingError, HistoryProcessingValidationError
 
-if typing.TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from kedi.history.grouping import PORTABLE, Classifier, Group, MessageInfo
     from kedi.history.identity import new_id, resolve_conversation_id, resolve_run_id
     from kedi.history.messages import (
@@ -136,17 +137,17 @@ _LAZY: dict[str, tuple[str, str]] = {
 """Public name -> (module, attribute) for every name imported on first use.
 
 The `TYPE_CHECKING` imports above say the same for type checkers and IDEs;
-`tests/test_public_api.py` checks that the two agree.
+`tests/test_history_show.py` checks that every name loads from its module.
 """
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name's module on first use and keep the name (PEP 562)."""
     try:
         module, attribute = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attribute)
+    value = getattr(_importlib.import_module(module), attribute)
     globals()[name] = value  # later look-ups find it without calling __getattr__
     return value
 
@@ -154,3 +155,6 @@ def __getattr__(name: str) -> typing.Any:
 def __dir__() -> list[str]:
     """List the public names too, imported or not, so `dir(kedi.history)` shows the API."""
     return sorted({*globals(), *__all__})
+
+
+del annotations  # the name the __future__ import binds; the feature stays on
