@@ -198,8 +198,8 @@ HISTORY_PROBE = """
 import importlib, json, sys
 import kedi.history as history
 at_import = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "anyio") or m.startswith("kedi.history."))
-wrong = [name for name, (module, attribute) in history._LAZY.items()
-         if getattr(history, name) is not getattr(importlib.import_module(module), attribute)]
+wrong = [name for name, (module, attribute) in history._LAZY.items()  # no aliases: each name is its module's
+         if attribute != name or getattr(history, name) is not getattr(importlib.import_module(module), name)]
 helpers = [name for name in ("annotations", "importlib", "typing") if hasattr(history, name)]
 print(json.dumps([at_import, "pydantic" in sys.modules, wrong, helpers]))
 """
