@@ -17,7 +17,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -275,14 +275,10 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
         info = store.session(session)
         runs = store.runs(info.id)
         if as_json:
-            records = store.turns(info.id)
+            _show_json(info, runs, store.turns(info.id), lane_filter)
         else:
-            # the listing reads only what it shows: no replay data, no dataclass per turn
-            turns = store.turn_summaries(info.id)
-    if as_json:
-        _show_json(info, runs, records, lane_filter)
-    else:
-        _show_text(info, runs, [turn for turn in turns if lane_filter in turn.lane_label] if lane_filter else turns)
+            # the listing reads only what it shows (no replay data), a batch at a time
+            _show_text(info, runs, store.turn_summaries(info.id), lane_filter)
 
 
 def _show_json(info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], lane_filter: str | None) -> None:
@@ -295,37 +291,45 @@ def _show_json(info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], 
                            "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
 
 
-def _show_text(info: SessionInfo, runs: list[RunInfo], turns: list[TurnSummary]) -> None:
+def _show_text(info: SessionInfo, runs: list[RunInfo], batches: Iterable[list[TurnSummary]], lane_filter: str | None) -> None:
     # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
     # (rich parsed every line's markup: 9 s); piped output is not styled at all.
     style = click.style if _colored() else _unstyled
     bold_role = functools.cache(functools.partial(style, bold=True))
-    out: list[str] = [
+    _echo([
         f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
         f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
-    ]
-    for turn in turns:
-        usage = turn.usage or {}
-        out.append(
-            f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
-            f"lane {turn.lane_label}{'' if turn.history else '  (no history)'}  "
-            f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
-        )
-        for message in turn.messages:
-            _message_lines(message, out, style, bold_role)
-        if isinstance(turn.value, dict):
-            captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
-            out.append(f"  {style('captures', fg='green')} {captures}")
-    for run in runs:
-        if run.failure:
+    ])
+    for batch in batches:
+        out: list[str] = []
+        for turn in batch:
+            if lane_filter and lane_filter not in turn.lane_label:
+                continue
+            usage = turn.usage or {}
             out.append(
-                "\n" + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-                + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+                f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
+                f"lane {turn.lane_label}{'' if turn.history else '  (no history)'}  "
+                f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
             )
-    text = "\n".join(out)
-    # click strips escape codes (a model's too) from piped output with a regex over every
-    # byte; a text with none has nothing to strip
-    click.echo(text, color=None if "\x1b" in text else True)
+            for message in turn.messages:
+                _message_lines(message, out, style, bold_role)
+            if isinstance(turn.value, dict):
+                captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
+                out.append(f"  {style('captures', fg='green')} {captures}")
+        _echo(out)
+    _echo([
+        "\n" + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+        + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+        for run in runs if run.failure
+    ])
+
+
+def _echo(lines: list[str]) -> None:
+    """Print `lines`, if any. click strips escape codes (a model's too) from piped output with a
+    regex over every byte; a text with none has nothing to strip."""
+    if lines:
+        text = "\n".join(lines)
+        click.echo(text, color=None if "\x1b" in text else True)
 
 
 def _colored() -> bool:

@@ -1,7 +1,7 @@
 """`kedi history show`: what it prints, that its fast listing agrees with the full records, and that it starts light.
 
-The listing reads `TurnSummary` tuples (`Store.turn_summaries`) instead of
-full `TurnRecord`s and never imports pydantic: that is what makes a
+The listing reads `TurnSummary` tuples in batches (`Store.turn_summaries`)
+instead of full `TurnRecord`s and never imports pydantic: that is what makes a
 10,000-turn session print in well under half a second (`bench/store.py`).
 """
 
@@ -114,6 +114,22 @@ def test_json_is_the_full_records(store_file: Path) -> None:
     assert [t["seq"] for t in json.loads(show("trip", "--json", "--lane", "pydantic-ai"))["turns"]] == [3]
 
 
+def test_a_long_session_prints_every_turn_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "long.db"
+    monkeypatch.setenv("KEDI_HISTORY", str(path))
+    with open_store(path) as store:
+        session = store.create_session(name="long")
+        with store.transaction() as tx:
+            for index in range(1, 1202):
+                lane = NATIVE_LANE if index % 400 == 0 else PORTABLE_LANE
+                tx.commit_turn(TurnRecord(session_id=session.id, lane=lane, messages=[{"role": "user", "content": f"m{index}"}]))
+    lines = show("long").splitlines()
+    assert [line.split()[1] for line in lines if line.startswith("turn ")] == [str(n) for n in range(1, 1202)]
+    assert [line for line in lines if line.startswith("  user: ")] == [f"  user: m{n}" for n in range(1, 1202)]
+    native = [line.split()[1] for line in show("long", "--lane", "pydantic-ai").splitlines() if line.startswith("turn ")]
+    assert native == ["400", "800", "1200"]
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -130,9 +146,11 @@ def test_summaries_are_the_records_shown_fields(location: str) -> None:
     fill(location, name)
     with open_store(location) as store:
         session = store.session(name)
-        records, summaries = store.turns(session.id), store.turn_summaries(session.id)
+        records = store.turns(session.id)
+        assert [len(batch) for batch in store.turn_summaries(session.id, batch=2)] == [2, 1]
+        summaries = [turn for batch in store.turn_summaries(session.id) for turn in batch]
         store.delete_session(session.id)
-        assert store.turn_summaries(session.id) == []
+        assert list(store.turn_summaries(session.id)) == []
     assert len(summaries) == len(records) == 3
     for record, summary in zip(records, summaries, strict=True):
         assert summary == (record.seq, record.run_no, record.lane, record.lane.label(), record.history,
@@ -146,7 +164,7 @@ def test_a_damaged_turn_is_a_store_error_not_a_traceback(store_file: Path) -> No
     with sqlite3.connect(store_file) as connection:
         connection.execute("UPDATE turns SET messages = '[{broken' WHERE seq = 2")
     with open_store(store_file) as store, pytest.raises(StoreError, match="not valid JSON"):
-        store.turn_summaries(store.session("trip").id)
+        list(store.turn_summaries(store.session("trip").id))
     result = CliRunner().invoke(main, ["history", "show", "trip"])
     assert result.exit_code == 1 and "not valid JSON" in result.output
 
