@@ -1,8 +1,9 @@
-"""`kedi history show`: what it prints, that its fast listing agrees with the full records, and that it starts light.
+"""`kedi history show`: what it prints, and that it starts light.
 
 The listing reads `TurnSummary` tuples in batches (`Store.turn_summaries`)
 instead of full `TurnRecord`s and never imports pydantic: that is what makes a
 10,000-turn session print in well under half a second (`bench/store.py`).
+`tests/history/test_store.py` checks the summaries against the full records.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -128,34 +128,6 @@ def test_a_long_session_prints_every_turn_in_order_across_batches(tmp_path: Path
     assert [line for line in lines if line.startswith("  user: ")] == [f"  user: m{n}" for n in range(1, 1202)]
     native = [line.split()[1] for line in show("long", "--lane", "pydantic-ai").splitlines() if line.startswith("turn ")]
     assert native == ["400", "800", "1200"]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
-    if not dsn:
-        pytest.skip("needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval \"$(.ci/start-postgres)\")")
-    return dsn
-
-
-def test_summaries_are_the_records_shown_fields(location: str) -> None:
-    """The listing's fast read path returns what the full records hold, on both backends."""
-    name = f"s-{uuid.uuid4()}"
-    fill(location, name)
-    with open_store(location) as store:
-        session = store.session(name)
-        records = store.turns(session.id)
-        assert [len(batch) for batch in store.turn_summaries(session.id, batch=2)] == [2, 1]
-        summaries = [turn for batch in store.turn_summaries(session.id) for turn in batch]
-        store.delete_session(session.id)
-        assert list(store.turn_summaries(session.id)) == []
-    assert len(summaries) == len(records) == 3
-    for record, summary in zip(records, summaries, strict=True):
-        assert summary == (record.seq, record.run_no, record.lane, record.lane.label(), record.history,
-                           record.origin, record.messages, record.value, record.usage)
-        assert summary.history is record.history and summary.lane_label == record.lane.label()
 
 
 def test_a_damaged_turn_is_a_store_error_not_a_traceback(store_file: Path) -> None:
