@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from kedi.cli import main
 from kedi.history.lanes import LaneKey
-from kedi.history.store import StoreError, TurnRecord, open_store
+from kedi.history.store import Store, StoreError, TurnRecord, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTABLE_LANE = LaneKey("offline", "offline", "digest", tools="weather-v1")
@@ -35,9 +35,15 @@ TOOL_TURN = [
 NATIVE_TURN = [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "hi"}]}]
 
 
+def opened(location: Path | str) -> Store:
+    store = open_store(location)
+    assert store is not None, "KEDI_HISTORY=off"
+    return store
+
+
 def fill(location: Path | str, name: str) -> None:
     """A session with a tool-using turn, a stateless turn, a native-lane turn and a failed run."""
-    with open_store(location) as store:
+    with opened(location) as store:
         session = store.create_session(name=name, program="flow.kedi", model="offline")
         run = store.begin_run(session.id, program="flow.kedi")
         store.commit_turn(TurnRecord(
@@ -69,7 +75,7 @@ def show(*args: str, color: bool = False) -> str:
 
 
 def test_show_prints_roles_tool_calls_captures_usage_and_the_failed_run(store_file: Path) -> None:
-    with open_store(store_file) as store:
+    with opened(store_file) as store:
         session_id = store.session("trip").id
     portable, native = PORTABLE_LANE.label(), NATIVE_LANE.label()
     assert show("trip").splitlines() == [
@@ -117,7 +123,7 @@ def test_json_is_the_full_records(store_file: Path) -> None:
 def test_a_long_session_prints_every_turn_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "long.db"
     monkeypatch.setenv("KEDI_HISTORY", str(path))
-    with open_store(path) as store:
+    with opened(path) as store:
         session = store.create_session(name="long")
         with store.transaction() as tx:
             for index in range(1, 1202):
@@ -135,7 +141,7 @@ def test_a_damaged_turn_is_a_store_error_not_a_traceback(store_file: Path) -> No
 
     with sqlite3.connect(store_file) as connection:
         connection.execute("UPDATE turns SET messages = '[{broken' WHERE seq = 2")
-    with open_store(store_file) as store, pytest.raises(StoreError, match="not valid JSON"):
+    with opened(store_file) as store, pytest.raises(StoreError, match="not valid JSON"):
         list(store.turn_summaries(store.session("trip").id))
     result = CliRunner().invoke(main, ["history", "show", "trip"])
     assert result.exit_code == 1 and "not valid JSON" in result.output
