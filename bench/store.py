@@ -2,8 +2,9 @@
 
 1. Commit latency per turn vs a bare INSERT of the same bytes in the same
    transaction mode (SQLite always; PostgreSQL when KEDI_TEST_POSTGRES_DSN is set).
-2. `kedi history show` of a 10,000-turn session (wall, a real process) vs the
-   `sqlite3` CLI dumping the same rows.
+2. `kedi history show` of a 10,000-turn session (wall and CPU of a real process,
+   the whole session printed) vs the `sqlite3` CLI dumping the same rows, with
+   `show --json`, `kedi --version` and a bare `python -c pass` beside it.
 3. `kedi run --replay` vs the live offline run of the same program.
 """
 
@@ -12,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +60,30 @@ def commit_latency(location: str, turns: int) -> tuple[float, float]:
     return kedi_each, bare_each
 
 
-def show_big_session(directory: Path, turns: int) -> tuple[float, float, float | None]:
+@dataclass(frozen=True)
+class Timing:
+    """Runs of one command: best and median wall seconds, best CPU seconds (user + system)."""
+
+    best: float
+    median: float
+    cpu: float
+
+    def __str__(self) -> str:
+        return f"{self.best:.3f} s (median {self.median:.3f}, cpu {self.cpu:.3f})"
+
+
+def timed_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """One run of `command`, output discarded: (wall seconds, CPU seconds of user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def show_big_session(directory: Path, turns: int, runs: int) -> dict[str, Timing]:
+    """`kedi history show` of a `turns`-turn session, next to its floors and the sqlite3 CLI."""
     location = directory / "big.db"
     store = open_store(location)
     assert store is not None
@@ -67,20 +93,25 @@ def show_big_session(directory: Path, turns: int) -> tuple[float, float, float |
             tx.commit_turn(TurnRecord(session_id=session.id, lane=KEY, messages=MESSAGES))
     store.close()
     env = {**os.environ, "KEDI_HISTORY": str(location), "PYTHONPATH": str(ROOT)}
-    def best(*command: str) -> float:
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    show = best(sys.executable, "-m", "kedi", "history", "show", "big")
-    startup = best(sys.executable, "-m", "kedi", "--version")
-    dump = None
+    show = [sys.executable, "-m", "kedi", "history", "show", "big"]
+    printed = subprocess.run(show, env=env, check=True, capture_output=True, text=True).stdout
+    shown = sum(line.startswith("turn ") for line in printed.splitlines())
+    assert shown == turns, f"show printed {shown} of {turns} turns"  # the whole session, no paging
+    # interleaved rounds: on a shared machine, load drifts between back-to-back loops
+    commands = {
+        "show": show,
+        "show --json": [*show, "--json"],
+        "kedi --version": [sys.executable, "-m", "kedi", "--version"],
+        "python -c pass": [sys.executable, "-c", "pass"],
+    }
     if shutil.which("sqlite3"):
-        dump = best("sqlite3", str(location), "SELECT * FROM turns ORDER BY seq")
-    return show, startup, dump
+        commands["sqlite3 CLI"] = ["sqlite3", str(location), "SELECT * FROM turns ORDER BY seq"]
+    rounds = [{name: timed_run(command, env) for name, command in commands.items()} for _ in range(runs)]
+    return {
+        name: Timing(min(r[name][0] for r in rounds), statistics.median(r[name][0] for r in rounds),
+                     min(r[name][1] for r in rounds))
+        for name in commands
+    }
 
 
 def replay_overhead(directory: Path) -> tuple[float, float]:
@@ -104,6 +135,7 @@ def replay_overhead(directory: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300, help="turns per commit-latency measurement")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each `kedi history show` measurement")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
@@ -114,9 +146,13 @@ def main() -> None:
             kedi_each, bare_each = commit_latency(location, options.turns)
             print(f"commit per turn, {kind:10}: kedi {kedi_each * 1e3:7.3f} ms  bare INSERT {bare_each * 1e3:7.3f} ms  "
                   f"ratio {kedi_each / bare_each:.2f}x")
-        show, startup, dump = show_big_session(directory, 10_000)
-        print(f"kedi history show, 10,000 turns: {show:.3f} s wall (kedi --version alone: {startup:.3f} s)"
-              + (f"  sqlite3 CLI dump {dump:.3f} s  ratio {show / dump:.1f}x" if dump else "  (no sqlite3 CLI)"))
+        timings = show_big_session(directory, 10_000, options.runs)
+        show = timings["show"]
+        print(f"kedi history show, 10,000 turns (best of {options.runs}): {show}")
+        for name, timing in timings.items():
+            if name != "show":
+                print(f"  {name:15} {timing}" + (f"  ratio show/{name} {show.best / timing.best:.1f}x"
+                                                    if name == "sqlite3 CLI" else ""))
         replayed, live = replay_overhead(directory)
         print(f"kedi run (chat example): replay {replayed:.3f} s  live offline --no-store {live:.3f} s  ratio {replayed / live:.2f}x")
 

@@ -17,9 +17,9 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ import click
 from kedi.errors import KediError, KediUsageError
 
 if TYPE_CHECKING:
-    from kedi.history.store import SessionInfo
+    from kedi.history.store import RunInfo, SessionInfo, TurnRecord, TurnSummary
     from kedi.history.store.base import Store
     from kedi.runtime.program import Program
     from kedi.runtime.sessions import SessionRecorder
@@ -273,66 +273,94 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
     """A session's turns: roles, captures, tool calls, usage."""
     with _opened() as store:
         info = store.session(session)
-        turns = store.turns(info.id, replay_data=as_json)
         runs = store.runs(info.id)
-    from kedi.history.lanes import LaneKey
+        if as_json:
+            _show_json(info, runs, store.turns(info.id), lane_filter)
+        else:
+            # the listing reads only what it shows (no replay data), a batch at a time
+            _show_text(info, runs, store.turn_summaries(info.id), lane_filter)
 
-    label = functools.lru_cache(maxsize=None)(LaneKey.label)  # a session names a handful of lanes
+
+def _show_json(info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], lane_filter: str | None) -> None:
     if lane_filter:
+        from kedi.history.lanes import LaneKey
+
+        label = functools.cache(LaneKey.label)  # a session names a handful of lanes
         turns = [turn for turn in turns if lane_filter in label(turn.lane)]
-    if as_json:
-        click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
-                               "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
-        return
+    click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
+                           "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
+
+
+def _show_text(info: SessionInfo, runs: list[RunInfo], batches: Iterable[list[TurnSummary]], lane_filter: str | None) -> None:
     # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
-    # (rich parsed every line's markup: 9 s), and the styles vanish when piped.
-    bold = functools.partial(click.style, bold=True)
-    out: list[str] = [
-        f"{bold('session')} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
+    # (rich parsed every line's markup: 9 s); piped output is not styled at all.
+    style = click.style if _colored() else _unstyled
+    bold_role = functools.cache(functools.partial(style, bold=True))
+    _echo([
+        f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
         f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
-    ]
-    for turn in turns:
-        usage = turn.usage or {}
-        out.append(
-            f"\n{click.style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
-            f"lane {label(turn.lane)}{'' if turn.history else '  (no history)'}  "
-            f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
-        )
-        for message in turn.messages:
-            out.extend(_message_lines(message))
-        if isinstance(turn.value, dict):
-            captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
-            out.append(f"  {click.style('captures', fg='green')} {captures}")
-    for run in runs:
-        if run.failure:
+    ])
+    for batch in batches:
+        out: list[str] = []
+        for turn in batch:
+            if lane_filter and lane_filter not in turn.lane_label:
+                continue
+            usage = turn.usage or {}
             out.append(
-                "\n" + click.style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-                + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+                f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
+                f"lane {turn.lane_label}{'' if turn.history else '  (no history)'}  "
+                f"tokens {usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)}"
             )
-    click.echo("\n".join(out))
+            for message in turn.messages:
+                _message_lines(message, out, style, bold_role)
+            if isinstance(turn.value, dict):
+                captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
+                out.append(f"  {style('captures', fg='green')} {captures}")
+        _echo(out)
+    _echo([
+        "\n" + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+        + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+        for run in runs if run.failure
+    ])
 
 
-@functools.cache
-def _styled_role(role: str) -> str:
-    return click.style(role, bold=True)
+def _echo(lines: list[str]) -> None:
+    """Print `lines`, if any. click strips escape codes (a model's too) from piped output with a
+    regex over every byte; a text with none has nothing to strip."""
+    if lines:
+        text = "\n".join(lines)
+        click.echo(text, color=None if "\x1b" in text else True)
 
 
-def _message_lines(message: Any) -> list[str]:
-    """One message as indented lines: `role: content`, then each tool call as `→ name(args)`."""
+def _colored() -> bool:
+    """Whether `click.echo` would keep styles on stdout (a terminal, or `color=True`): the same test it makes."""
+    from click import globals as click_globals
+    from click import utils as click_utils
+
+    return not click_utils.should_strip_ansi(sys.stdout, click_globals.resolve_color_default())
+
+
+def _unstyled(text: str, **_: Any) -> str:
+    return text
+
+
+def _message_lines(message: Any, out: list[str], style: Callable[..., str], role_style: Callable[[str], str]) -> None:
+    """Append one message as indented lines to `out`: `role: content`, then each tool call as `→ name(args)`."""
     if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
-        return [f"  {json.dumps(message, ensure_ascii=False)[:500]}"]
-    role = _styled_role(str(message["role"]))
+        out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
+        return
+    role = str(message["role"])
     text = str(message.get("content", ""))
-    lines = [f"  {role}: {text}" if text else f"  {role}:"]
-    for call in message.get("toolCalls", []):
-        lines.append("    " + click.style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
-    if message.get("role") == "tool" and message.get("toolName"):
-        lines[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
-    return lines
+    out.append(f"  {role_style(role)}: {text}" if text else f"  {role_style(role)}:")
+    for call in message.get("toolCalls", ()):
+        out.append("    " + style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
+    if role == "tool" and message.get("toolName"):
+        out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
 
 
-def _turn_json(turn: Any) -> dict[str, Any]:
-    data = asdict(turn)
+def _turn_json(turn: TurnRecord) -> dict[str, Any]:
+    # shallow: the fields hold decoded JSON already, which `asdict` would deep-copy (most of --json's time)
+    data = {field.name: getattr(turn, field.name) for field in fields(turn)}
     data["lane"] = {"label": turn.lane.label(), **asdict(turn.lane)}
     return data
 

@@ -13,6 +13,7 @@ from kedi.history import Message
 from kedi.history.lanes import LaneKey
 from kedi.history.store import StoreError, TurnRecord, describe_location, open_store
 from kedi.history.store.schema import LATEST
+from tests.test_history_show import fill
 
 KEY = LaneKey("offline", "offline", "digest", tools="t1")
 
@@ -138,3 +139,21 @@ def test_threads_sharing_one_store_commit_every_turn(location: str) -> None:
         for thread in threads:
             thread.join(timeout=60)
         assert [turn.seq for turn in store.turns(session.id)] == list(range(1, 201))
+
+
+def test_summaries_are_the_records_shown_fields(location: str) -> None:
+    """The listing's fast read path returns what the full records hold, on both backends."""
+    name = f"s-{uuid.uuid4()}"
+    fill(location, name)
+    with open_store(location) as store:
+        session = store.session(name)
+        records = store.turns(session.id)
+        assert [len(batch) for batch in store.turn_summaries(session.id, batch=2)] == [2, 1]
+        summaries = [turn for batch in store.turn_summaries(session.id) for turn in batch]
+        store.delete_session(session.id)
+        assert list(store.turn_summaries(session.id)) == []
+    assert len(summaries) == len(records) == 3
+    for record, summary in zip(records, summaries, strict=True):
+        assert summary == (record.seq, record.run_no, record.lane, record.lane.label(), record.history,
+                           record.origin, record.messages, record.value, record.usage)
+        assert summary.history is record.history and summary.lane_label == record.lane.label()

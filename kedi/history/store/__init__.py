@@ -23,6 +23,8 @@ API (stable; other features such as the `kedi batch` ledger build on it)::
     seq = store.commit_turn(TurnRecord(session_id=session.id, run_no=run_no, lane=key, messages=[...]))
     store.finish_run(session.id, run_no, "ok")          # or "failed"/"interrupted", failure={...}
     conversation = store.load_conversation(session.id) # every lane rebuilt, native lanes decoded
+    turns = store.turns(session.id)          # full TurnRecords (replay data included)
+    listed = store.turn_summaries(session.id)  # TurnSummary tuples: what a listing shows, read fast
     store.close()
 
 One committed turn is one database transaction. A caller that must write
@@ -60,6 +62,7 @@ from kedi.history.store.records import (
     SessionInfo,
     StoreError,
     TurnRecord,
+    TurnSummary,
     decode_lane_key,
     encode_lane_key,
 )
@@ -75,6 +78,7 @@ __all__ = [
     "StoreError",
     "StoreTransaction",
     "TurnRecord",
+    "TurnSummary",
     "decode_lane_key",
     "default_location",
     "describe_location",

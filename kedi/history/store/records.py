@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from kedi.errors import KediError
@@ -16,6 +16,7 @@ __all__ = [
     "SessionInfo",
     "StoreError",
     "TurnRecord",
+    "TurnSummary",
     "decode_lane_key",
     "encode_lane_key",
     "mask_dsn",
@@ -112,6 +113,25 @@ class TurnRecord:
     seq: int = 0
     """Position in the session (assigned on commit)."""
     created: float = 0.0
+
+
+class TurnSummary(NamedTuple):
+    """A stored turn as a listing shows it (`kedi history show`): the shown fields, nothing else.
+
+    A tuple, not a `TurnRecord`: building 10,000 frozen dataclasses alone took
+    longer than reading and decoding the rows.
+    """
+
+    seq: int
+    run_no: int
+    lane: LaneKey
+    lane_label: str
+    """`lane.label()`, as transcripts name the lane."""
+    history: bool
+    origin: str
+    messages: list[Any]
+    value: Any
+    usage: dict[str, Any]
 
 
 # --------------------------------------------------------------------------- redaction
