@@ -117,9 +117,10 @@ def _stop(interrupt: KediInterrupted, hint: str = "") -> NoReturn:
     """Ctrl-C ended a run: one line on stderr (and how to resume it), status 130, no traceback."""
     from kedi.runtime.interrupts import EXIT_STATUS
 
-    click.echo(interrupt.describe(), err=True)
-    if hint:
-        click.echo(hint, err=True)
+    line = interrupt.describe()
+    if hint:  # "kedi: run stopped at X; its partial is stored. Resume with: ..." -> one line
+        line += "; " + hint.split("; ", 1)[-1]
+    click.echo(line, err=True)
     if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()[1:]):
         # Embedded Python still running in a worker thread would hold the exit until it ends.
         sys.stdout.flush()

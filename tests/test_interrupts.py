@@ -107,7 +107,10 @@ def test_ctrl_c_stops_the_run_within_a_second(tmp_path: Path, where: str) -> Non
     process = _start(tmp_path, source)
     process.send_signal(signal.SIGINT)
     elapsed, err = _finish(process)
-    assert err in [f"kedi: interrupted at flow.kedi:{line}\n" for line in lines]
+    # One line: where it stopped, and (the run was recorded) how to resume it.
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert any(err.startswith(f"kedi: interrupted at flow.kedi:{line}") for line in lines), err
+    assert "Resume with: kedi run flow.kedi --resume " in err
     assert process.returncode == 130
     assert elapsed < 1.0 * (3 if os.environ.get("CI") else 5)  # under 1 s idle; the machine is shared
 
