@@ -22,18 +22,18 @@ from typing import Any
 
 from kedi.adapters.base import OutputSpec
 
-__all__ = ["CaptureText", "text_fields"]
+__all__ = ["CaptureText", "capture_text"]
 
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
 _HIGH = range(0xD800, 0xDC00)
 _LOW = range(0xDC00, 0xE000)
 
 
-def text_fields(spec: OutputSpec) -> tuple[str, ...]:
-    """The captures of `spec` whose type is `str`, in source order (what streams)."""
-    return tuple(
-        field.alias or name for name, field in spec.model.model_fields.items() if field.annotation is str
-    )
+def capture_text(spec: OutputSpec | None, on_delta: Callable[[str], None] | None) -> CaptureText | None:
+    """The parser streaming a structured call's `str` captures, or None when nothing of it streams."""
+    if spec is None or on_delta is None or not spec.text_fields:
+        return None
+    return CaptureText(spec.text_fields, on_delta)
 
 
 class CaptureText:

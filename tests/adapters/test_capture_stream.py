@@ -9,7 +9,7 @@ import pydantic
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kedi.adapters._capture_stream import CaptureText, text_fields
+from kedi.adapters._capture_stream import CaptureText
 from kedi.adapters.base import OutputSpec
 
 # Text with every kind of escape: quotes, backslashes, controls, non-BMP (a surrogate pair in ASCII JSON).
@@ -69,4 +69,4 @@ def test_a_new_reply_starts_a_new_stretch_after_a_line_break() -> None:
 
 def test_only_str_captures_stream() -> None:
     model = pydantic.create_model("Out", title=(str, ...), count=(int, ...), tags=(list[str], ...), note=(str | None, None))
-    assert text_fields(OutputSpec(model, model.model_json_schema())) == ("title",)
+    assert OutputSpec(model, model.model_json_schema()).text_fields == ("title",)

@@ -1,4 +1,5 @@
-"""`program.run(on_delta=...)`: text calls stream their reply on every streaming adapter."""
+"""`program.run(on_delta=...)`: text calls stream their reply, and calls with `str` captures the
+text of those captures, on every streaming adapter; other captures arrive validated at the end."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, chunk, comp
 
 PIECES = ["Hel", "lo, ", "world."]
 TEXT = kedi.compile("> history: enabled\n[reply] << Say hello.\n= <reply>")
-STRUCTURED = kedi.compile(">> Name a city [city].\n= <city>")
+STRUCTURED = kedi.compile(">> Count the letters [count: int].\n= <count>")
+SUMMARY = kedi.compile("> history: enabled\n>> Summarise the day: [summary: str]\n= <summary>")
+TWO = kedi.compile(">> Title and summarise the day: [title: str], [stars: int] and [summary: str]\n= <title>")
+# The reply `{"summary": "Line one\nsaid \"hi\" 😀"}`, its escapes cut across chunks.
+SUMMARY_PIECES = ['{"sum', 'mary": "Line', " one\\", 'nsaid \\"hi', '\\" \\ud83d', "\\ude00", '"}']
+SUMMARY_TEXT = 'Line one\nsaid "hi" 😀'
+SUMMARY_DELTAS = ["Line", " one", '\nsaid "hi', '" ', "😀"]  # one per chunk that adds text
 
 
 @pytest.fixture
@@ -36,15 +43,16 @@ def streamed(*pieces: str) -> Reply:
 
 
 def test_openai_streams_text_calls_and_commits_the_whole_reply_once(server: OpenAIServer) -> None:
-    server.add(streamed(*PIECES), Reply(body=completion(json.dumps({"city": "Paris"}))))
+    server.add(streamed(*PIECES))
     adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
     pieces: list[str] = []
     conversation = kedi.Conversation()
     assert TEXT.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation) == "Hello, world."
     assert pieces == PIECES and server.bodies[0]["stream"] is True
     assert [m.content for m in conversation.messages(adapter=adapter)] == ["Say hello.", "Hello, world."]
-    # A structured call is not streamed: its validated value comes at the end.
-    assert STRUCTURED.run_sync(adapter=adapter, on_delta=pieces.append) == "Paris"
+    # A call without str captures is not streamed: its validated value comes at the end.
+    server.add(Reply(body=completion(json.dumps({"count": 7}))))
+    assert STRUCTURED.run_sync(adapter=adapter, on_delta=pieces.append) == "7"
     assert "stream" not in server.bodies[1] and pieces == PIECES
 
 
@@ -107,3 +115,51 @@ def test_kedi_run_stream_shows_the_text_on_stderr_and_keeps_stdout_the_result(
     plain = CliRunner().invoke(main, options)
     assert plain.stdout == result.stdout and plain.stderr == ""
     assert server.bodies[0]["stream"] is True and "stream" not in server.bodies[1]
+
+
+# --------------------------------------------------------------------------- str captures
+
+
+def content_stream(*pieces: str) -> Reply:
+    return streamed(*pieces)
+
+
+def tool_stream(name: str, *pieces: str) -> Reply:
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
+    rest = [{"index": 0, "function": {"arguments": piece}} for piece in pieces]
+    chunks = [chunk({"tool_calls": [first]}), *[chunk({"tool_calls": [piece]}) for piece in rest]]
+    return Reply(events=sse(*chunks, chunk(finish_reason="tool_calls"), chunk(usage=(5, 3))))
+
+
+def test_openai_streams_a_str_capture_from_the_json_content_and_commits_once(server: OpenAIServer) -> None:
+    server.add(content_stream(*SUMMARY_PIECES))
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
+    pieces: list[str] = []
+    conversation = kedi.Conversation()
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation) == SUMMARY_TEXT
+    assert pieces == SUMMARY_DELTAS  # only the capture's text, decoded, as each chunk arrives
+    body = server.bodies[0]
+    assert body["stream"] is True and body["response_format"]["type"] == "json_schema"
+    stored = [m.content for m in conversation.messages(adapter=adapter)]
+    assert len(stored) == 2 and json.loads(stored[1]) == {"summary": SUMMARY_TEXT}
+
+
+def test_openai_streams_a_str_capture_from_the_output_tools_arguments(server: OpenAIServer) -> None:
+    server.add(tool_stream("final_result", *SUMMARY_PIECES))
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test", structured_mode="tool")
+    pieces: list[str] = []
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
+    assert "".join(pieces) == SUMMARY_TEXT and len(pieces) == len(SUMMARY_DELTAS)
+
+
+def test_openai_streams_several_str_captures_in_order_and_a_correction_again(server: OpenAIServer) -> None:
+    # The first reply misses `summary`: kedi sends a correction and the second reply streams again.
+    server.add(
+        content_stream('{"title": "Rain', '", "stars": 2}'),
+        content_stream('{"title": "Rain", "st', 'ars": 2, "summary": "Wet', ' all day."}'),
+    )
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
+    pieces: list[str] = []
+    assert TWO.run_sync(adapter=adapter, on_delta=pieces.append) == "Rain"
+    assert pieces == ["Rain", "\nRain", "\nWet", " all day."]
+    assert len(server.bodies) == 2 and all(body["stream"] is True for body in server.bodies)
