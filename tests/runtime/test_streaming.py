@@ -14,10 +14,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import kedi
 from kedi.adapters.openai import OpenAIAdapter
+from kedi.adapters.pydantic_ai import PydanticAdapter
 from kedi.cli import main
 from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, chunk, completion, sse
 
@@ -163,3 +164,54 @@ def test_openai_streams_several_str_captures_in_order_and_a_correction_again(ser
     assert TWO.run_sync(adapter=adapter, on_delta=pieces.append) == "Rain"
     assert pieces == ["Rain", "\nRain", "\nWet", " all day."]
     assert len(server.bodies) == 2 and all(body["stream"] is True for body in server.bodies)
+
+
+def test_pydantic_ai_streams_a_str_capture_from_the_output_tool_and_a_retry_again() -> None:
+    attempts: list[int] = []
+
+    def whole(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise AssertionError("streamed, never asked whole")
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[DeltaToolCalls]:
+        attempts.append(len(messages))
+        (tool,) = info.output_tools
+        # The first answer's JSON is cut off (Pydantic AI sends a retry); the second is right.
+        pieces = ['{"summ', 'ary": "Dr', "aft"] if len(attempts) == 1 else SUMMARY_PIECES
+        yield {0: DeltaToolCall(name=tool.name, tool_call_id="c1")}
+        for piece in pieces:
+            yield {0: DeltaToolCall(json_args=piece)}
+
+    pieces: list[str] = []
+    conversation = kedi.Conversation()
+    stored_while_streaming: set[int] = set()
+
+    def on_delta(text: str) -> None:
+        pieces.append(text)
+        stored_while_streaming.add(sum(len(lane.messages) for lane in conversation.lanes.values()))
+
+    adapter = PydanticAdapter(FunctionModel(whole, stream_function=stream), output_mode="tool")
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=on_delta, conversation=conversation) == SUMMARY_TEXT
+    assert len(attempts) == 2 and pieces == ["Dr", "aft", "\nLine", *SUMMARY_DELTAS[1:]]
+    # History commits once, at the end: nothing is stored while the text streams.
+    (lane,) = conversation.lanes.values()
+    assert stored_while_streaming == {0} and len(lane.messages) == 5
+
+
+def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when_it_cannot() -> None:
+    def whole(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("".join(SUMMARY_PIECES))])
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        yield "```json\n"
+        for piece in SUMMARY_PIECES:
+            yield piece
+        yield "\n```"
+
+    pieces: list[str] = []
+    adapter = PydanticAdapter(FunctionModel(whole, stream_function=stream), output_mode="prompted")
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
+    assert pieces == SUMMARY_DELTAS
+    pieces.clear()
+    adapter = PydanticAdapter(FunctionModel(whole), output_mode="prompted")
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
+    assert pieces == [SUMMARY_TEXT]
