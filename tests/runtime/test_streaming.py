@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableParallel
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
@@ -215,3 +217,85 @@ def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when
     adapter = PydanticAdapter(FunctionModel(whole), output_mode="prompted")
     assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
     assert pieces == [SUMMARY_TEXT]
+
+
+
+class WholeTool(BaseChatModel):
+    """Answers by calling the tool it was bound to, with the JSON arguments of `answers` (whole)."""
+
+    answers: list[list[str]]
+
+    @property
+    def _llm_type(self) -> str:
+        return "whole-tool"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        arguments = json.loads("".join(self.answers.pop(0)))
+        call = {"name": kw["tools"][-1]["function"]["name"], "args": arguments, "id": "c1"}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("", tool_calls=[call]))])
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kw: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], tool_choice=tool_choice, **kw)
+
+
+class StreamingTool(WholeTool):
+    """`WholeTool` that streams: some chatter, then the tool call's arguments in the `answers` pieces."""
+
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+        name = kw["tools"][-1]["function"]["name"]
+        yield ChatGenerationChunk(message=AIMessageChunk('Calling it: {"summary": "not this"} '))
+        yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[{"name": name, "args": "", "id": "c1", "index": 0}]))
+        for piece in self.answers.pop(0):
+            yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[{"name": None, "args": piece, "id": None, "index": 0}]))
+
+
+def test_langchain_streams_a_str_capture_from_the_output_tool_and_commits_once() -> None:
+    pieces: list[str] = []
+    conversation = kedi.Conversation()
+    stored_while_streaming: set[int] = set()
+
+    def on_delta(text: str) -> None:
+        pieces.append(text)
+        stored_while_streaming.add(sum(len(lane.messages) for lane in conversation.lanes.values()))
+
+    model = StreamingTool(answers=[SUMMARY_PIECES])
+    assert SUMMARY.run_sync(model=model, on_delta=on_delta, conversation=conversation) == SUMMARY_TEXT
+    # The chatter before the tool call is not the capture's text; the arguments' text is, decoded.
+    assert pieces == SUMMARY_DELTAS and stored_while_streaming == {0}
+    (lane,) = conversation.lanes.values()
+    assert type(lane.messages[1]).__name__ == "AIMessage" and lane.messages[1].tool_calls[0]["args"]["summary"] == SUMMARY_TEXT
+
+
+def test_langchain_streams_several_str_captures_and_a_correction_again() -> None:
+    # The first answer's `summary` is a number (kedi sends a correction); the second is right.
+    model = StreamingTool(answers=[['{"title": "Dr', 'aft", "stars": 1, "summary": 3}'], ['{"title": "Ra', 'in", "stars": 2, "summary": "Wet"}']])
+    pieces: list[str] = []
+    assert TWO.run_sync(model=model, on_delta=pieces.append) == "Rain"
+    assert pieces == ["Dr", "aft", "\nRa", "in\nWet"]
+
+
+def test_langchain_chat_model_that_cannot_stream_gives_the_text_at_the_end() -> None:
+    pieces: list[str] = []
+    model = WholeTool(answers=[SUMMARY_PIECES])
+    assert SUMMARY.run_sync(model=model, on_delta=pieces.append) == SUMMARY_TEXT
+    assert pieces == [SUMMARY_TEXT]
+
+
+class JsonMode(Streaming):
+    """Structured output as JSON text (a JSON-schema mode): streams SUMMARY_PIECES in a code fence."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        raise AssertionError("streamed, never asked whole")
+
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+        for piece in ["```json\n", *SUMMARY_PIECES, "\n```"]:
+            yield ChatGenerationChunk(message=AIMessageChunk(piece))
+
+    def with_structured_output(self, schema: Any, *, include_raw: bool = False, **kw: Any) -> Runnable[Any, Any]:
+        return RunnableParallel(raw=self)
+
+
+def test_langchain_streams_a_str_capture_from_json_text() -> None:
+    pieces: list[str] = []
+    assert SUMMARY.run_sync(model=JsonMode(), on_delta=pieces.append) == SUMMARY_TEXT
+    assert pieces == SUMMARY_DELTAS
