@@ -338,7 +338,8 @@ class OpenAIAdapter(Adapter):
         elif plan is not None and plan.mode == "json_object":
             body["response_format"] = json_object_format(plan.schema()[0])
         body.update(options.params)
-        if self.stream or request.on_delta is not None:
+        # A subclass whose transport cannot stream (local) answers whole; `on_delta` is not called.
+        if self.profile.streaming and (self.stream or request.on_delta is not None):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         body.update(options.extra_body)

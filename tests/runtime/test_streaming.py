@@ -120,6 +120,20 @@ def test_kedi_run_stream_shows_the_text_on_stderr_and_keeps_stdout_the_result(
     assert server.bodies[0]["stream"] is True and "stream" not in server.bodies[1]
 
 
+def test_kedi_run_stream_shows_a_str_captures_text_on_stderr(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server.add(content_stream(*SUMMARY_PIECES))
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(">> Summarise the day: [summary: str]\n= Summary: <summary>\n")
+    result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", MODEL, "--stream"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == SUMMARY_TEXT + "\n"  # the capture's text, not its JSON
+    assert result.stdout == f"Summary: {SUMMARY_TEXT}\n"
+
+
 # --------------------------------------------------------------------------- str captures
 
 
@@ -299,3 +313,25 @@ def test_langchain_streams_a_str_capture_from_json_text() -> None:
     pieces: list[str] = []
     assert SUMMARY.run_sync(model=JsonMode(), on_delta=pieces.append) == SUMMARY_TEXT
     assert pieces == SUMMARY_DELTAS
+
+
+class FakeLlama:
+    """`llama_cpp.Llama.create_chat_completion` answering the summary whole (it never streams)."""
+
+    def __init__(self) -> None:
+        self.streamed: list[Any] = []
+
+    def create_chat_completion(self, messages: Any, response_format: Any = None, stream: bool = False) -> Any:
+        self.streamed.append(stream)
+        return completion(json.dumps({"summary": SUMMARY_TEXT}))
+
+
+def test_local_does_not_stream_and_does_not_call_the_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kedi.adapters import local
+
+    llama = FakeLlama()
+    monkeypatch.setattr(local, "load_llama", lambda path, n_ctx: llama)
+    pieces: list[str] = []
+    adapter = local.LocalAdapter(model_path="fake.gguf")
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
+    assert pieces == [] and llama.streamed == [False]
