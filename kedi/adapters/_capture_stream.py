@@ -24,12 +24,23 @@ from kedi.adapters.base import OutputSpec
 
 __all__ = ["CaptureText", "capture_text"]
 
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
+_SIMPLE_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "b": "\b",
+    "f": "\f",
+    "/": "/",
+    "\\": "\\",
+    '"': '"',
+}
 _HIGH = range(0xD800, 0xDC00)
 _LOW = range(0xDC00, 0xE000)
 
 
-def capture_text(spec: OutputSpec | None, on_delta: Callable[[str], None] | None) -> CaptureText | None:
+def capture_text(
+    spec: OutputSpec | None, on_delta: Callable[[str], None] | None
+) -> CaptureText | None:
     """The parser streaming a structured call's `str` captures, or None when nothing of it streams."""
     if spec is None or on_delta is None or not spec.text_fields:
         return None

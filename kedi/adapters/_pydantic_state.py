@@ -17,8 +17,8 @@ Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
 import json
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -100,7 +100,7 @@ def capture_deltas(
         capture.start()
         output_part: int | None = None
         async for event in events:
-            piece: str | dict[str, Any] | None = None
+            piece: Any = None  # str (streamed JSON) or dict (whole arguments)
             if isinstance(event, PartStartEvent) and output_part is None:
                 part = event.part
                 if output_tool is None and isinstance(part, TextPart):

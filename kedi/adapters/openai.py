@@ -75,6 +75,7 @@ import httpx
 from pydantic import ValidationError
 
 from kedi.adapters import capability_cache, endpoint
+from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._openai_wire import (
     DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
@@ -102,7 +103,6 @@ from kedi.adapters._portable import (
     decode_outputs,
     validation_problems,
 )
-from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._sse import DONE, BodyReader, BodyTooLarge, StreamAccumulator, sse_payloads
 from kedi.adapters.base import (
     Adapter,

@@ -13,9 +13,17 @@ from kedi.adapters._capture_stream import CaptureText
 from kedi.adapters.base import OutputSpec
 
 # Text with every kind of escape: quotes, backslashes, controls, non-BMP (a surrogate pair in ASCII JSON).
-TEXTS = st.text(alphabet=st.sampled_from(['a', ' ', '"', "\\", "\n", "\t", "\x01", "é", "😀", "/", "{", "}", ",", ":"]))
+TEXTS = st.text(
+    alphabet=st.sampled_from(
+        ["a", " ", '"', "\\", "\n", "\t", "\x01", "é", "😀", "/", "{", "}", ",", ":"]
+    )
+)
 OTHER_VALUES = st.one_of(
-    st.integers(), st.none(), st.booleans(), st.lists(TEXTS, max_size=3), st.dictionaries(TEXTS, TEXTS, max_size=2)
+    st.integers(),
+    st.none(),
+    st.booleans(),
+    st.lists(TEXTS, max_size=3),
+    st.dictionaries(TEXTS, TEXTS, max_size=2),
 )
 
 
@@ -24,7 +32,7 @@ def streamed(document: str, cuts: list[int], fields: set[str]) -> list[str]:
     pieces: list[str] = []
     parser = CaptureText(fields, pieces.append)
     bounds = [0, *sorted(set(cut % (len(document) + 1) for cut in cuts)), len(document)]
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip(bounds, bounds[1:], strict=False):
         parser.feed(document[start:end])
     return pieces
 
@@ -43,7 +51,9 @@ def test_the_pieces_add_up_to_the_str_fields_text_whatever_the_cuts(
         reply[f"text{index}"] = text
         if index < len(others):
             reply[f"other{index}"] = others[index]
-    document = "Here it is:\n```json\n" + json.dumps(reply, ensure_ascii=ascii_only, indent=1) + "\n```"
+    document = (
+        "Here it is:\n```json\n" + json.dumps(reply, ensure_ascii=ascii_only, indent=1) + "\n```"
+    )
     pieces = streamed(document, cuts, {f"text{index}" for index in range(len(texts))})
     assert "".join(pieces) == "\n".join(text for text in texts if text)
     assert all(pieces)  # never an empty delta
@@ -68,5 +78,7 @@ def test_a_new_reply_starts_a_new_stretch_after_a_line_break() -> None:
 
 
 def test_only_str_captures_stream() -> None:
-    model = pydantic.create_model("Out", title=(str, ...), count=(int, ...), tags=(list[str], ...), note=(str | None, None))
+    model = pydantic.create_model(
+        "Out", title=(str, ...), count=(int, ...), tags=(list[str], ...), note=(str | None, None)
+    )
     assert OutputSpec(model, model.model_json_schema()).text_fields == ("title",)
