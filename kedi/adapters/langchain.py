@@ -223,7 +223,7 @@ class LangChainAdapter(Adapter):
         return {
             "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
-            "streaming": "yes: text calls (astream) and str captures (astream_events) stream to on_delta",
+            "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings))
