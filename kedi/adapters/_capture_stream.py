@@ -88,14 +88,15 @@ class CaptureText:
             self._on_delta("".join(out))
 
     def whole(self, values: Mapping[str, Any]) -> None:
-        """A model that cannot stream: send its `str` captures' text in one piece."""
-        texts = [values[name] for name in self._fields_in(values) if values[name]]
+        """A model that cannot stream: send the text of the validated `str` captures in one piece."""
+        texts = [
+            value
+            for name, value in values.items()
+            if name in self._fields and isinstance(value, str) and value
+        ]
         if texts:
             self._on_delta(("\n" if self._sent else "") + "\n".join(texts))
             self._sent = True
-
-    def _fields_in(self, values: Mapping[str, Any]) -> list[str]:
-        return [name for name in values if name in self._fields and isinstance(values[name], str)]
 
     # ------------------------------------------------------------------ the parser
 

@@ -125,7 +125,7 @@ def test_kedi_run_stream_shows_a_str_captures_text_on_stderr(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    server.add(content_stream(*SUMMARY_PIECES))
+    server.add(streamed(*SUMMARY_PIECES))
     flow = tmp_path / "flow.kedi"
     flow.write_text(">> Summarise the day: [summary: str]\n= Summary: <summary>\n")
     result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", MODEL, "--stream"])
@@ -137,8 +137,17 @@ def test_kedi_run_stream_shows_a_str_captures_text_on_stderr(
 # --------------------------------------------------------------------------- str captures
 
 
-def content_stream(*pieces: str) -> Reply:
-    return streamed(*pieces)
+class Watch:
+    """An `on_delta` callback keeping the pieces and how many messages were stored as each came."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.conversation = kedi.Conversation()
+        self.stored_while_streaming: set[int] = set()
+
+    def __call__(self, text: str) -> None:
+        self.pieces.append(text)
+        self.stored_while_streaming.add(sum(len(lane.messages) for lane in self.conversation.lanes.values()))
 
 
 def tool_stream(name: str, *pieces: str) -> Reply:
@@ -149,15 +158,15 @@ def tool_stream(name: str, *pieces: str) -> Reply:
 
 
 def test_openai_streams_a_str_capture_from_the_json_content_and_commits_once(server: OpenAIServer) -> None:
-    server.add(content_stream(*SUMMARY_PIECES))
+    server.add(streamed(*SUMMARY_PIECES))
     adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
-    pieces: list[str] = []
-    conversation = kedi.Conversation()
-    assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation) == SUMMARY_TEXT
-    assert pieces == SUMMARY_DELTAS  # only the capture's text, decoded, as each chunk arrives
+    watch = Watch()
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
+    assert watch.pieces == SUMMARY_DELTAS  # only the capture's text, decoded, as each chunk arrives
     body = server.bodies[0]
     assert body["stream"] is True and body["response_format"]["type"] == "json_schema"
-    stored = [m.content for m in conversation.messages(adapter=adapter)]
+    assert watch.stored_while_streaming == {0}  # history commits once, at the end
+    stored = [m.content for m in watch.conversation.messages(adapter=adapter)]
     assert len(stored) == 2 and json.loads(stored[1]) == {"summary": SUMMARY_TEXT}
 
 
@@ -172,8 +181,8 @@ def test_openai_streams_a_str_capture_from_the_output_tools_arguments(server: Op
 def test_openai_streams_several_str_captures_in_order_and_a_correction_again(server: OpenAIServer) -> None:
     # The first reply misses `summary`: kedi sends a correction and the second reply streams again.
     server.add(
-        content_stream('{"title": "Rain', '", "stars": 2}'),
-        content_stream('{"title": "Rain", "st', 'ars": 2, "summary": "Wet', ' all day."}'),
+        streamed('{"title": "Rain', '", "stars": 2}'),
+        streamed('{"title": "Rain", "st', 'ars": 2, "summary": "Wet', ' all day."}'),
     )
     adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
     pieces: list[str] = []
@@ -197,20 +206,14 @@ def test_pydantic_ai_streams_a_str_capture_from_the_output_tool_and_a_retry_agai
         for piece in pieces:
             yield {0: DeltaToolCall(json_args=piece)}
 
-    pieces: list[str] = []
-    conversation = kedi.Conversation()
-    stored_while_streaming: set[int] = set()
-
-    def on_delta(text: str) -> None:
-        pieces.append(text)
-        stored_while_streaming.add(sum(len(lane.messages) for lane in conversation.lanes.values()))
+    watch = Watch()
 
     adapter = PydanticAdapter(FunctionModel(whole, stream_function=stream), output_mode="tool")
-    assert SUMMARY.run_sync(adapter=adapter, on_delta=on_delta, conversation=conversation) == SUMMARY_TEXT
-    assert len(attempts) == 2 and pieces == ["Dr", "aft", "\nLine", *SUMMARY_DELTAS[1:]]
+    assert SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
+    assert len(attempts) == 2 and watch.pieces == ["Dr", "aft", "\nLine", *SUMMARY_DELTAS[1:]]
     # History commits once, at the end: nothing is stored while the text streams.
-    (lane,) = conversation.lanes.values()
-    assert stored_while_streaming == {0} and len(lane.messages) == 5
+    (lane,) = watch.conversation.lanes.values()
+    assert watch.stored_while_streaming == {0} and len(lane.messages) == 5
 
 
 def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when_it_cannot() -> None:
@@ -264,19 +267,13 @@ class StreamingTool(WholeTool):
 
 
 def test_langchain_streams_a_str_capture_from_the_output_tool_and_commits_once() -> None:
-    pieces: list[str] = []
-    conversation = kedi.Conversation()
-    stored_while_streaming: set[int] = set()
-
-    def on_delta(text: str) -> None:
-        pieces.append(text)
-        stored_while_streaming.add(sum(len(lane.messages) for lane in conversation.lanes.values()))
+    watch = Watch()
 
     model = StreamingTool(answers=[SUMMARY_PIECES])
-    assert SUMMARY.run_sync(model=model, on_delta=on_delta, conversation=conversation) == SUMMARY_TEXT
+    assert SUMMARY.run_sync(model=model, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
     # The chatter before the tool call is not the capture's text; the arguments' text is, decoded.
-    assert pieces == SUMMARY_DELTAS and stored_while_streaming == {0}
-    (lane,) = conversation.lanes.values()
+    assert watch.pieces == SUMMARY_DELTAS and watch.stored_while_streaming == {0}
+    (lane,) = watch.conversation.lanes.values()
     assert type(lane.messages[1]).__name__ == "AIMessage" and lane.messages[1].tool_calls[0]["args"]["summary"] == SUMMARY_TEXT
 
 
