@@ -195,7 +195,7 @@ def main() -> None:
 @click.option("--transcript-full", is_flag=True, help="Write every message of every request (no references to earlier records).")
 @click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
-@click.option("--stream", is_flag=True, help="Show the reply text of text calls on stderr as it arrives.")
+@click.option("--stream", is_flag=True, help="Show reply text on stderr as it arrives (text calls and str captures).")
 @click.option("--session", metavar="NAME", help="Create or continue the named session in the history store.")
 @click.option("-C", "--continue", "continue_last", is_flag=True, help="Continue the most recent session.")
 @click.option("--fork", metavar="NAME", help="Branch the session into a copy named NAME (the parent is recorded).")

@@ -9,13 +9,15 @@
   their archive (`kedi_checkpoint`).
 - **Response-ID continuation** on models that keep server-side response
   state, and the capability that sends the full history after an edit.
-- **Streaming**: the `event_stream_handler` that passes text to `on_delta`.
+- **Streaming**: the `event_stream_handler`s that pass text to `on_delta`:
+  a text call's reply, or the text of a structured call's `str` captures.
 
 Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -31,9 +33,13 @@ from pydantic_ai.messages import (
     PartStartEvent,
     TextPart,
     TextPartDelta,
+    ToolCallPart,
+    ToolCallPartDelta,
 )
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.function import FunctionModel
+
+from kedi.adapters._capture_stream import CaptureText
 
 __all__ = [
     "CALL_ID",
@@ -43,6 +49,7 @@ __all__ = [
     "as_sent",
     "as_stored",
     "can_stream",
+    "capture_deltas",
     "checkpoint_of",
     "continues_responses",
     "text_deltas",
@@ -78,6 +85,43 @@ def text_deltas(
 
     return handle
 
+
+def capture_deltas(
+    capture: CaptureText, output_tool: str | None
+) -> Callable[[RunContext[Any], AsyncIterable[AgentStreamEvent]], Awaitable[None]]:
+    """An `event_stream_handler` passing the text of the `str` captures to `capture` as the JSON streams.
+
+    The JSON is the arguments of `output_tool` (tool mode), else the reply's
+    text (native and prompted modes). Only the first part carrying it is
+    parsed; each model response starts a new reply (a retry streams again).
+    """
+
+    async def handle(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+        capture.start()
+        output_part: int | None = None
+        async for event in events:
+            piece: Any = None  # str (streamed JSON) or dict (whole arguments)
+            if isinstance(event, PartStartEvent) and output_part is None:
+                part = event.part
+                if output_tool is None and isinstance(part, TextPart):
+                    piece = part.content
+                elif output_tool is not None and isinstance(part, ToolCallPart) and part.tool_name == output_tool:
+                    piece = part.args
+                else:
+                    continue
+                output_part = event.index
+            elif isinstance(event, PartDeltaEvent) and event.index == output_part:
+                delta = event.delta
+                if isinstance(delta, TextPartDelta):
+                    piece = delta.content_delta
+                elif isinstance(delta, ToolCallPartDelta):
+                    piece = delta.args_delta
+            if isinstance(piece, dict):  # arguments given whole, not as streamed JSON
+                piece = json.dumps(piece)
+            if piece:
+                capture.feed(piece)
+
+    return handle
 
 
 @dataclass

@@ -51,6 +51,7 @@ from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
 
+from kedi.adapters._capture_stream import CaptureText, capture_text
 from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
 from kedi.adapters._portable import correction_text, tool_result_text, validation_problems
 from kedi.adapters.base import (
@@ -222,7 +223,7 @@ class LangChainAdapter(Adapter):
         return {
             "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
-            "streaming": "yes: text calls stream to on_delta (astream)",
+            "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings))
@@ -401,6 +402,50 @@ async def _streamed(
     return message
 
 
+async def _captured(
+    runnable: Runnable[Any, Any], sent: Sequence[BaseMessage], capture: CaptureText, output_tool: str
+) -> tuple[Any, bool]:
+    """`runnable.astream_events(sent)` of a structured call: the runnable's output, and whether it streamed.
+
+    The JSON whose `str` fields `capture` streams is the arguments of the
+    output tool (`output_tool`) once the reply calls it, else the reply's
+    text (a chat model's JSON-schema or JSON mode) when it begins with `{`
+    or a code fence: text beginning otherwise is the model talking before a
+    tool call, not the answer.
+    """
+    capture.start()
+    output: Any = None
+    streamed = False
+    names: dict[Any, str] = {}  # tool-call chunk index -> tool name (the name comes once)
+    output_index: Any = None
+    text_is_json: bool | None = None  # decided by the text's first visible character
+    async for event in runnable.astream_events(sent, version="v2"):
+        kind = event["event"]
+        if kind == "on_chat_model_stream":
+            chunk = event["data"]["chunk"]
+            streamed = True
+            for piece in getattr(chunk, "tool_call_chunks", ()):
+                index = piece.get("index")
+                names[index] = names.get(index) or piece.get("name") or ""
+                if output_index is None and names[index] == output_tool:
+                    output_index = index
+                    capture.start()  # any text before the call was not the JSON
+                if index == output_index and piece.get("args"):
+                    capture.feed(piece["args"])
+            text = str(chunk.text)
+            if text_is_json is None and text.strip():
+                text_is_json = text.lstrip()[0] in "{`"
+            if output_index is None and text_is_json:
+                capture.feed(text)
+        elif kind.endswith("_end") and not event["parent_ids"]:  # the runnable's own result
+            output = event["data"].get("output")
+    if isinstance(output, dict) and isinstance(output.get("raw"), AIMessageChunk):
+        output = {**output, "raw": message_chunk_to_message(output["raw"])}
+    elif isinstance(output, AIMessageChunk):
+        output = message_chunk_to_message(output)
+    return output, streamed
+
+
 def _checkpoint(archive_id: str, text: str) -> HumanMessage:
     """A checkpoint: a `HumanMessage` whose `id` names the archive (ids are never sent)."""
     return HumanMessage(text, id=f"{CHECKPOINT_PREFIX}{archive_id}")
@@ -436,10 +481,15 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     rewrites: int = 0
     retries: int = 0
+    capture: CaptureText | None = None
+    """Streams the text of the call's `str` captures (a structured call with `on_delta`)."""
+    streamed: bool = False
+    """Whether the chat model streamed any reply of a structured call."""
 
     def __post_init__(self) -> None:
         self.history = list(self.request.history)
         self.turn = [HumanMessage(self.request.prompt)]
+        self.capture = capture_text(self.request.output, self.request.on_delta)
 
     @property
     def where(self) -> str:
@@ -454,6 +504,8 @@ class _Turn:
             if spec is not None:
                 done, value = await self._structured(reply, spec)
                 if done:
+                    if self.capture is not None and not self.streamed:
+                        self.capture.whole(value)  # a chat model that cannot stream: the text at the end
                     return self._result(value)
             elif reply.tool_calls or reply.invalid_tool_calls:
                 await self._run_tools(reply, skip=None)
@@ -521,8 +573,12 @@ class _Turn:
         sent: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
         sent += [message for message in messages if not isinstance(message, SystemMessage)]
         try:
-            if self.request.on_delta is not None and self.request.output is None:
+            spec = self.request.output
+            if self.request.on_delta is not None and spec is None:
                 answer = await _streamed(runnable, sent, self.request.on_delta)
+            elif self.capture is not None and spec is not None:
+                answer, streamed = await _captured(runnable, sent, self.capture, spec.name)
+                self.streamed = self.streamed or streamed
             else:
                 answer = await runnable.ainvoke(sent)
         except Exception as error:  # the chat model's own errors, mapped at this one boundary

@@ -75,6 +75,7 @@ import httpx
 from pydantic import ValidationError
 
 from kedi.adapters import capability_cache, endpoint
+from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._openai_wire import (
     DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
@@ -337,7 +338,8 @@ class OpenAIAdapter(Adapter):
         elif plan is not None and plan.mode == "json_object":
             body["response_format"] = json_object_format(plan.schema()[0])
         body.update(options.params)
-        if self.stream or request.on_delta is not None:
+        # A subclass whose transport cannot stream (local) answers whole; `on_delta` is not called.
+        if self.profile.streaming and (self.stream or request.on_delta is not None):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         body.update(options.extra_body)
@@ -366,7 +368,7 @@ class OpenAIAdapter(Adapter):
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options, call.request.on_delta)
+                return await self._attempt(client, body, headers, options, call.deltas())
             except _Retry as retry:
                 call.report_failure(retry.error)
                 if attempt >= options.max_retries:
@@ -392,7 +394,7 @@ class OpenAIAdapter(Adapter):
         body: JSONDict,
         headers: httpx.Headers,
         options: CallOptions,
-        on_delta: Callable[[str], None] | None,
+        deltas: _Deltas | None,
     ) -> _Reply:
         """One request, complete or an error: every failure comes out as a `ProviderError`."""
         url = f"{self.base_url}/chat/completions"
@@ -409,7 +411,7 @@ class OpenAIAdapter(Adapter):
                         raise self._http_error(response, await reader.read())
                     self._check_length(response, options.max_reply_bytes)
                     if body.get("stream"):
-                        return await self._read_stream(reader, on_delta)
+                        return await self._read_stream(reader, deltas)
                     return self._read_completion(await reader.read(), reader.received)
         except (TimeoutError, httpx.TimeoutException):  # the whole attempt's, or one read's
             message = f"the request to {url} timed out after {timeout:g} s"
@@ -467,7 +469,7 @@ class OpenAIAdapter(Adapter):
             raise self._malformed("a chat completion") from None
         return _Reply(message, reply_usage(data.get("usage")))
 
-    async def _read_stream(self, reader: BodyReader, on_delta: Callable[[str], None] | None) -> _Reply:
+    async def _read_stream(self, reader: BodyReader, deltas: _Deltas | None) -> _Reply:
         stream = StreamAccumulator()
         done = False
         # `aclosing`: leaving early (an error event) must close the generator here, not at GC.
@@ -486,8 +488,8 @@ class OpenAIAdapter(Adapter):
                     detail = self._scrub(error_fields(chunk)[1])
                     raise ProviderError(f"{self.base_url} failed during the stream: {detail}")
                 text = stream.feed(chunk)
-                if text and on_delta is not None:
-                    on_delta(text)
+                if deltas is not None:
+                    deltas(stream, text)
         if stream.finish_reason is None and not (done and stream.choices):
             why = "the stream ended without a finish reason" if stream.choices else "the stream held no reply"
             raise _Retry(ProviderError(self._cut_off(reader.received, why), retryable=True))
@@ -514,6 +516,9 @@ class OpenAIAdapter(Adapter):
 
 # --------------------------------------------------------------------------- one call
 
+
+_Deltas = Callable[[StreamAccumulator, str], None]
+"""Called after each chunk of a streamed reply with the stream so far and the chunk's text."""
 
 _CONTINUE = object()
 """`_Call.handle` result: the call needs another model request."""
@@ -553,6 +558,33 @@ class _Call:
         self._sent: tuple[JSONDict, ...] = ()
         self._reply: JSONDict | None = None
         self._rejection: str | None = None
+        self._capture = capture_text(plan.spec if plan is not None else None, request.on_delta)
+
+    def deltas(self) -> _Deltas | None:
+        """What one streamed reply passes to `on_delta`: its text, or the text of its `str` captures.
+
+        Called once per attempt: a correction or a retry starts a new reply
+        (after a line break, see `kedi.adapters._capture_stream`).
+        """
+        on_delta, capture, plan = self.request.on_delta, self._capture, self.plan
+        if plan is None:
+            return None if on_delta is None else lambda stream, text: on_delta(text) if text else None
+        if capture is None:
+            return None
+        capture.start()
+        if plan.mode != "tool":  # the JSON object is the reply's content
+            return lambda stream, text: capture.feed(text) if text else None
+        fed = 0  # pieces of the output tool's arguments already parsed
+
+        def output_tool_arguments(stream: StreamAccumulator, text: str) -> None:
+            nonlocal fed
+            calls = [call for call in stream.tool_calls.values() if call.name == plan.tool_name]
+            if calls:
+                pieces = calls[0].arguments
+                capture.feed("".join(pieces[fed:]))
+                fed = len(pieces)
+
+        return output_tool_arguments
 
     @property
     def mode(self) -> str | None:

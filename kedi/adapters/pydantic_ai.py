@@ -61,6 +61,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import to_json
 
+from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._openai_wire import count, provider_error
 from kedi.adapters._portable import tool_result_text
 from kedi.adapters.base import (
@@ -144,6 +145,7 @@ from kedi.adapters._pydantic_state import (  # noqa: E402
     as_sent,
     as_stored,
     can_stream,
+    capture_deltas,
     checkpoint_of,
     continues_responses,
     text_deltas,
@@ -253,7 +255,7 @@ class PydanticAdapter(Adapter):
         return {
             "structured output": "tool, native, prompted (auto: native where the model profile allows)",
             "tools": "yes (Tool.from_schema; failures go back to the model)",
-            "streaming": "yes: text calls stream to on_delta (event_stream_handler)",
+            "streaming": "yes: text calls and str captures stream to on_delta (event_stream_handler)",
             "history": "yes: Pydantic AI ModelMessage lanes, history processors before every request",
             "message format": cls.profile.message_format,
             "settings": ", ".join(sorted(cls.profile.settings)),
@@ -307,7 +309,14 @@ class PydanticAdapter(Adapter):
         history = await call.first_history()
         if continues_responses(self._model):
             history = [as_sent(message) for message in history]
-        streams = request.on_delta is not None and can_stream(self._model)
+        on_delta = request.on_delta
+        capture = capture_text(request.output, on_delta)  # a structured call streams its str captures
+        handler = None
+        if on_delta is not None and can_stream(self._model):
+            if capture is not None:
+                handler = capture_deltas(capture, OUTPUT_TOOL if mode == "tool" else None)
+            elif request.output is None:
+                handler = text_deltas(on_delta)
         with capture_run_messages() as captured, _mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output, mode).run(
                 request.prompt,
@@ -321,13 +330,17 @@ class PydanticAdapter(Adapter):
                 run_id=call.call_id,
                 conversation_id=call.conversation_id,
                 capabilities=call.capabilities(),
-                event_stream_handler=text_deltas(request.on_delta) if streams else None,
+                event_stream_handler=handler,
             )
-        if request.on_delta is not None and not streams:
-            request.on_delta(result.output)  # a model that cannot stream: the text in one piece
+        value = _value(request, result.output)
+        # A model that cannot stream: the text in one piece, at the end.
+        if handler is None and capture is not None:
+            capture.whole(value)
+        elif handler is None and on_delta is not None and request.output is None:
+            on_delta(value)
         usage = result.usage
         return CallResult(
-            value=_value(request, result.output),
+            value=value,
             new_messages=tuple(call.stamped(call.expanded(result.new_messages()))),
             usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests, usage.tool_calls),
             rewritten_history=tuple(map(as_stored, call.history)) if call.rewrites else None,

@@ -294,7 +294,8 @@ class CallLayer:
             cache_epoch=0 if lane is None else lane.epoch,
             history_processor=plan.processor,
             origin=origin,
-            on_delta=self.on_delta if output is None else None,
+            # Text calls stream their reply; structured calls only the text of their `str` captures.
+            on_delta=self.on_delta if output is None or output.text_fields else None,
             on_exchange=None
             if transcript is None
             else _exchange_sink(transcript, adapter, plan.key, history_on, (run_id, call_id, conversation_id), plan.settings),

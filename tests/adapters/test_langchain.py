@@ -439,7 +439,7 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "langchain" and rows["streaming"].startswith("yes: text calls stream")
+    assert rows["message format"] == "langchain" and rows["streaming"].startswith("yes: text calls and str captures stream")
     assert all(name in rows["settings"] for name in LangChainAdapter.profile.settings)
 
 

@@ -453,7 +453,7 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith("yes: text calls stream")
+    assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith("yes: text calls and str captures stream")
     assert all(name in rows["settings"] for name in PydanticAdapter.profile.settings)
 
 
