@@ -114,22 +114,25 @@ def show_big_session(directory: Path, turns: int, runs: int) -> dict[str, Timing
     }
 
 
-def replay_overhead(directory: Path) -> tuple[float, float]:
+def replay_overhead(directory: Path) -> tuple[float, float, float]:
+    """Best CPU time (user + system, of the child process) of `kedi run --replay`, of the
+    live run as users run it (recorded to the store, the default), and of the live run with
+    `--no-store`: rounds interleaved, best of 7. CPU time, not wall: on this shared 2-core
+    machine the wall time of a sub-second process moves by 2x between runs."""
     program = ROOT / "examples" / "chat_with_history.kedi"
     env = {**os.environ, "KEDI_HISTORY": str(directory / "replay.db"), "PYTHONPATH": str(ROOT)}
-
-    def timed(*args: str) -> float:
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "kedi", "run", str(program), "--model", "offline", *args],
-                           env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            best = min(best, time.perf_counter() - start)
-        return best
-
-    subprocess.run([sys.executable, "-m", "kedi", "run", str(program), "--model", "offline", "--session", "rec"],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
-    return timed("--replay", "rec"), timed("--no-store")
+    base = [sys.executable, "-m", "kedi", "run", str(program), "--model", "offline"]
+    subprocess.run([*base, "--session", "rec"], env=env, check=True, stdout=subprocess.DEVNULL)
+    sides = {"replay": ["--replay", "rec"], "live": [], "live --no-store": ["--no-store"]}
+    best = dict.fromkeys(sides, float("inf"))
+    for _ in range(7):
+        for name, args in sides.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([*base, *args], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            best[name] = min(best[name], spent)
+    return best["replay"], best["live"], best["live --no-store"]
 
 
 def main() -> None:
@@ -153,8 +156,11 @@ def main() -> None:
             if name != "show":
                 print(f"  {name:15} {timing}" + (f"  ratio show/{name} {show.best / timing.best:.1f}x"
                                                     if name == "sqlite3 CLI" else ""))
-        replayed, live = replay_overhead(directory)
-        print(f"kedi run (chat example): replay {replayed:.3f} s  live offline --no-store {live:.3f} s  ratio {replayed / live:.2f}x")
+        replayed, live, unrecorded = replay_overhead(directory)
+        print(
+            f"kedi run (chat example, CPU): replay {replayed:.3f} s  live {live:.3f} s  ratio {replayed / live:.2f}x "
+            f"(target <= 1.2x);  live --no-store {unrecorded:.3f} s  ratio {replayed / unrecorded:.2f}x"
+        )
 
 
 if __name__ == "__main__":
