@@ -83,6 +83,14 @@ def _dumps(data: Any) -> str:
 ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 
 
+class ToolArgumentsError(ValueError):
+    """Raised by a `ToolHandler` when the model's arguments do not validate: the tool did not run.
+
+    Adapters that tell a call with bad arguments from a tool's own failure
+    (Pydantic AI: a retry, not a result) catch this one.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool the model may call during one request."""
