@@ -6,7 +6,7 @@
 - `RunChatModel`: such a model with an HTTP client of its own per run, which
   sends `null` assistant content as `""` (llama.cpp refuses `null`).
 - `ForceToolFirst`: a `tool_choice` setting that names a tool, forced until
-  the run has called it.
+  the run has a result of it.
 
 Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
 """
@@ -43,7 +43,7 @@ class RunChatModel:
 
 @dataclass
 class ForceToolFirst(AbstractCapability[Any]):
-    """A `tool_choice` setting naming a function tool: forced until the run has called it.
+    """A `tool_choice` setting naming a function tool: forced until the run has a result of it.
 
     Pydantic AI refuses a static choice that names no output tool (the run
     could never end); servers such as llama.cpp ignore `required` but honour
@@ -65,9 +65,15 @@ class ForceToolFirst(AbstractCapability[Any]):
         return per_step
 
     def _called(self, ctx: RunContext[Any]) -> bool:
-        """Whether this run has already had a result of the tool (a call with bad arguments has none)."""
+        """Whether this run has already had a result of the tool.
+
+        A call with bad arguments has none: Pydantic AI answers it with a
+        `ToolReturnPart` too, but with the outcome `retried`, and the model's
+        next try must stay forced (on llama.cpp the forced choice is what
+        constrains the arguments to the tool's schema).
+        """
         return any(
-            isinstance(part, ToolReturnPart) and part.tool_name == self.tool
+            isinstance(part, ToolReturnPart) and part.tool_name == self.tool and part.outcome != "retried"
             for message in ctx.messages
             if isinstance(message, ModelRequest) and message.run_id == ctx.run_id
             for part in message.parts

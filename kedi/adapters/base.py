@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from kedi._frozen import constructor
-from kedi.errors import CapabilityError
+from kedi.errors import CapabilityError, KediError
 from kedi.history.processors import check_not_reentrant
 
 JSONDict = dict[str, Any]
@@ -88,6 +88,14 @@ def _dumps(data: Any) -> str:
 
 
 ToolHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+
+
+class ToolArgumentsError(KediError, ValueError):
+    """Raised by a `ToolHandler` when the model's arguments do not validate: the tool did not run.
+
+    Adapters that tell a call with bad arguments from a tool's own failure
+    (Pydantic AI: a retry, not a result) catch this one.
+    """
 
 
 @dataclass(frozen=True, slots=True)

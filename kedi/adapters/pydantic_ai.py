@@ -71,6 +71,7 @@ from kedi.adapters.base import (
     CallResult,
     Exchange,
     OutputSpec,
+    ToolArgumentsError,
     ToolHandler,
     ToolSpec,
     Usage,
@@ -114,7 +115,15 @@ from kedi.history.processors import (
 from kedi.settings import PYDANTIC_AI_SETTINGS
 
 try:
-    from pydantic_ai import Agent, AgentRetries, RunContext, Tool, ToolFailed, capture_run_messages
+    from pydantic_ai import (
+        Agent,
+        AgentRetries,
+        ModelRetry,
+        RunContext,
+        Tool,
+        ToolFailed,
+        capture_run_messages,
+    )
     from pydantic_ai import exceptions as pai
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.messages import (
@@ -484,6 +493,8 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
             result = await ctx.deps[name](arguments)
         except StopRun:
             raise  # a deliberate stop ends the run (see `_Call.stopped`)
+        except ToolArgumentsError as error:  # no result: a retry (Pydantic AI's outcome for bad arguments)
+            raise ModelRetry(str(error)) from error
         except Exception as error:  # reported to the model as a failed result, as on every adapter
             raise ToolFailed(str(error) or type(error).__name__) from error
         return tool_result_text(result)
@@ -528,7 +539,7 @@ def _run_options(
     forced = None
     choice = chosen.get("tool_choice")
     if isinstance(choice, str) and choice in tool_names:
-        # Forced on the first request only, by a capability that also carries extra_body.
+        # Forced until the tool has a result, by a capability that also carries extra_body.
         forced = ForceToolFirst(str(chosen.pop("tool_choice")), dict(chosen.pop("extra_body", {})))
     stop = settings.get("stop")
     if (
@@ -626,7 +637,7 @@ class _Call:
     mode: str = ""
     """The call's output mode (`tool`, `native`, `prompted`, `json_object`), for transcripts."""
     forced: ForceToolFirst | None = None
-    """The tool a `tool_choice` setting forces on the run's first request, if any."""
+    """The tool a `tool_choice` setting forces until it has returned a result, if any."""
 
     def __post_init__(self) -> None:
         self.run_id = resolve_run_id(self.request.run_id)

@@ -21,7 +21,7 @@ from typing import Any, get_type_hints
 import anyio.to_thread
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from kedi.adapters.base import ToolSpec
+from kedi.adapters.base import ToolArgumentsError, ToolSpec
 from kedi.errors import KediConfigError, KediUsageError, StopRun
 from kedi.history.lanes import canonical_digest
 from kedi.redaction import logger
@@ -197,7 +197,7 @@ def _handler(target: Any, tool_name: str, model: Any, retries: int) -> Callable[
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
             )
             logger.info("kedi: tool %s was called with invalid arguments: %s", tool_name, problems)
-            raise ValueError(f"invalid arguments: {problems}") from None
+            raise ToolArgumentsError(f"invalid arguments: {problems}") from None
         kwargs = {name: getattr(validated, name) for name in model.model_fields}
         attempts = retries + 1
         for attempt in range(attempts):

@@ -52,7 +52,7 @@ def test_pydantic_with_a_base_url_uses_chat_completions_and_json_object_mode(ser
     assert received.body["response_format"]["type"] == "json_object" and schema["required"] == ["n"]
 
 
-def test_pydantic_forces_a_named_tool_on_the_first_request_only(server: OpenAIServer) -> None:
+def test_pydantic_forces_a_named_tool_until_it_has_a_result(server: OpenAIServer) -> None:
     server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion('{"count": 2100000}')),
@@ -67,6 +67,58 @@ def test_pydantic_forces_a_named_tool_on_the_first_request_only(server: OpenAISe
     assert first["repeat_penalty"] == second["repeat_penalty"] == 1.3
     [call] = [m for m in second["messages"] if m["role"] == "assistant"]
     assert call["content"] == "" and call["tool_calls"]  # never null beside tool calls
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"city": "Par', '{"town": "Paris"}'],
+    ids=["unparsable JSON", "schema error"],
+)
+def test_pydantic_keeps_the_tool_forced_after_a_call_with_invalid_arguments(
+    server: OpenAIServer, arguments: str
+) -> None:
+    # A call with bad arguments is no result: the retry must be forced too, since
+    # on llama.cpp the forced choice is what constrains the arguments to the schema.
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", arguments)])),
+        Reply(body=completion(tool_calls=[tool_call("c2", "population", '{"city": "Paris"}')])),
+        Reply(body=completion('{"count": 2100000}')),
+    )
+    cities: list[str] = []
+
+    def counted(city: str) -> int:
+        """The population of a city."""
+        cities.append(city)
+        return 2100000
+
+    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": counted}) == 2100000
+    first, retry, answer = server.bodies
+    forced = {"type": "function", "function": {"name": "population"}}
+    assert first["tool_choice"] == retry["tool_choice"] == forced
+    assert answer["tool_choice"] == "auto"
+    assert cities == ["Paris"]  # the bad call never reached the tool
+    [feedback] = [m for m in retry["messages"] if m["role"] == "tool"]
+    assert feedback["tool_call_id"] == "c1"
+
+
+def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer) -> None:
+    # The tool's own failure is a result the model sees; forcing it again would
+    # repeat the failure up to request_limit.
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
+        Reply(body=completion('{"count": 0}')),
+    )
+
+    def failing(city: str) -> int:
+        """The population of a city."""
+        raise LookupError(f"no census for {city}")
+
+    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": failing}) == 0
+    first, second = server.bodies
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
+    assert second["tool_choice"] == "auto"
+    [result] = [m for m in second["messages"] if m["role"] == "tool"]
+    assert "no census for Paris" in result["content"]
 
 
 def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
