@@ -75,7 +75,9 @@ def test_pytest_plugin_reports_a_failing_top_level_statement(tmp_path: Path) -> 
     (tmp_path / "t.kedi").write_text(
         PROCEDURE + "[ratio: float] = `1 / 0`\n@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Autoload off, the plugin named: the same one plugin whether or not kedi is pip-installed
+    # (an installed kedi registers it through its pytest11 entry point too).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "kedi.pytest_plugin", "-p", "no:cacheprovider", "-q", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,

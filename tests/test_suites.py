@@ -78,7 +78,9 @@ def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) 
     assert entry_points == {"kedi": "kedi.pytest_plugin"}
     (tmp_path / "calc.kedi").write_text(SUITE)
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Autoload off, the plugin named: the same one plugin whether or not kedi is pip-installed
+    # (an installed kedi registers it through its pytest11 entry point too).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "kedi.pytest_plugin", "-p", "no:cacheprovider", "-q", str(tmp_path)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
