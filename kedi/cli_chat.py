@@ -6,7 +6,9 @@ starting with `/` are commands:
 
 - `/exit` (or end of input, Ctrl-D) quits;
 - `/reset` starts a new conversation;
-- `/save NAME` writes the conversation to the file NAME (`Conversation.save`).
+- `/save NAME` stores the conversation in the history store as the session
+  NAME (`kedi history show NAME`), one turn per prompt and its replies; a
+  NAME ending in `.json` writes that file instead (`Conversation.save`).
 
 The prompt (`you> `) is shown only when input is a terminal, so piping lines
 in prints just the replies, one per turn. A failed turn prints its error and
@@ -94,8 +96,41 @@ def chat_loop(
 
 def _save(conversation: Conversation, name: str, notice: Callable[[str], None]) -> None:
     try:
-        conversation.save(name)
+        if name.endswith(".json"):
+            conversation.save(name)
+            notice(f"(saved the conversation to {name})")
+        else:
+            notice(_store_session(conversation, name))
     except KediError as error:
         notice(error.render())
-        return
-    notice(f"(saved the conversation to {name})")
+
+
+def _store_session(conversation: Conversation, name: str) -> str:
+    """Store the chat as the session `name`: one turn per prompt (a user message) and what follows."""
+    from kedi.history.lanes import PORTABLE
+    from kedi.history.persistence import dump_lane_messages
+    from kedi.history.store import StoreError, TurnRecord, open_store
+
+    store = open_store()
+    if store is None:
+        return "(the history store is off: KEDI_HISTORY=off; /save NAME.json writes a file)"
+    try:
+        if store.find_session(name) is not None:
+            raise StoreError(f"a session named {name!r} already exists; /save another name")
+        session = store.create_session(name=name, program="kedi chat")
+        run_no = store.begin_run(session.id, program="kedi chat")
+        for key, lane in conversation.lanes.items():
+            data = dump_lane_messages(key, lane.messages)
+            turns: list[list[Any]] = []  # a native lane (Pydantic AI, LangChain) is stored as one turn
+            for message in data:
+                if not turns or (key.format == PORTABLE and message.get("role") == "user"):
+                    turns.append([])
+                turns[-1].append(message)
+            for messages in turns:
+                store.commit_turn(
+                    TurnRecord(session_id=session.id, lane=key, messages=messages, run_no=run_no, epoch=lane.epoch)
+                )
+        store.finish_run(session.id, run_no, "ok")
+    finally:
+        store.close()
+    return f"(stored the conversation as session {name!r}: kedi history show {name})"

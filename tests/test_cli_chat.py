@@ -97,3 +97,12 @@ def test_piping_stdin_into_the_command(tmp_path: Path) -> None:
 def test_bad_max_messages_is_a_usage_error() -> None:
     result = chat("", "--max-messages", "0")
     assert result.exit_code == 2 and "0 is not in the range x>=1" in result.stderr
+
+
+def test_save_stores_the_chat_as_a_session_of_the_history_store(tmp_path: Path) -> None:
+    result = chat("one\ntwo\n/save talk\n/save talk\n")
+    assert "(stored the conversation as session 'talk': kedi history show talk)" in result.stderr
+    assert "a session named 'talk' already exists" in result.stderr
+    shown = json.loads(CliRunner().invoke(main, ["history", "show", "talk", "--json"]).stdout)
+    users = [m["content"] for turn in shown["turns"] for m in turn["messages"] if m["role"] == "user"]
+    assert users == ["one", "two"] and len(shown["turns"]) == 2  # one turn per prompt
