@@ -53,7 +53,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from kedi.errors import HistoryError, KediConfigError, KediUsageError
 from kedi.history.lanes import PORTABLE, AdapterRegistry, Conversation, Lane, LaneKey, LaneOwner
-from kedi.history.messages import Message, as_messages
+from kedi.history.messages import Message, as_messages, collector_paused
 from kedi.redaction import redact
 
 __all__ = [
@@ -254,7 +254,8 @@ def _portable_messages(data: list[Any]) -> list[Message]:
     On an invalid item, `as_messages` runs to raise the error naming it.
     """
     try:
-        return _MESSAGE_LIST.validate_python(data)
+        with collector_paused():
+            return _MESSAGE_LIST.validate_python(data)
     except (ValidationError, HistoryError) as error:
         as_messages(data)  # raises the error naming the bad item
         raise HistoryError(str(error)) from None  # pragma: no cover - both validate alike
