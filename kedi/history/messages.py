@@ -188,6 +188,20 @@ def _as_history_error(model: type[BaseModel]) -> Iterator[None]:
         raise HistoryError(f"invalid {model.__name__}: " + "; ".join(problems)) from None
 
 
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+"""One shared fields-set per combination of given fields (a model has at most 10 fields: 1,024)."""
+
+
+def _share_fields_set(model: BaseModel) -> None:
+    """Point `model` at the shared set equal to its fields-set (about 200 bytes saved per instance).
+
+    A frozen model never changes its set in place, and `model_copy` gives the
+    copy a set of its own, so sharing is invisible.
+    """
+    given = model.__pydantic_fields_set__
+    object.__setattr__(model, "__pydantic_fields_set__", _FIELD_SETS.setdefault(frozenset(given), given))
+
+
 class _PortableModel(BaseModel):
     """Shared configuration; turns validation failures into `HistoryError`."""
 
@@ -265,6 +279,11 @@ class ToolCall(_PortableModel):
     def _signature_empty(cls, value: Any) -> Any:
         return _empty_to_none(value)
 
+    @model_validator(mode="after")
+    def _shared(self) -> ToolCall:
+        _share_fields_set(self)
+        return self
+
     @property
     def truncated(self) -> bool:
         """Whether `args` is truncated (non-empty and not a strict JSON object)."""
@@ -290,6 +309,7 @@ class Part(_PortableModel):
 
     @model_validator(mode="after")
     def _check(self) -> Part:
+        _share_fields_set(self)
         if (self.url is None) == (self.data is None):
             raise HistoryError(f"a part of kind {self.kind!r} needs exactly one of url or data")
         if self.data is not None:
@@ -323,6 +343,7 @@ class ThinkingBlock(_PortableModel):
 
     @model_validator(mode="after")
     def _check(self) -> ThinkingBlock:
+        _share_fields_set(self)
         if self.text is None and self.signature is None and self.redacted is None:
             raise HistoryError("a thinking block needs text, signature or redacted")
         if self.text is not None and self.redacted is not None:
@@ -385,8 +406,6 @@ _ROLE_FIELDS: tuple[tuple[str, str, frozenset[str]], ...] = (
 
 _ANY_ROLE_FIELDS = frozenset({"role", "content", "run_id", "conversation_id"})
 """Fields every role may carry."""
-_COMMON_FIELD_SETS: dict[frozenset[str], set[str]] = {}
-"""The shared fields-set of each combination of `_ANY_ROLE_FIELDS` (at most 16)."""
 
 
 class Message(_PortableModel):
@@ -421,14 +440,9 @@ class Message(_PortableModel):
 
     @model_validator(mode="after")
     def _check_roles(self) -> Message:
-        given = self.__pydantic_fields_set__
-        if given <= _ANY_ROLE_FIELDS:
-            # The common message (text, ids): nothing role-specific to check. Its
-            # fields-set is one of a handful, so messages share one set each
-            # (about 200 bytes saved per message). A frozen model never changes
-            # its set in place; `model_copy` gives the copy a set of its own.
-            object.__setattr__(self, "__pydantic_fields_set__", _COMMON_FIELD_SETS.setdefault(frozenset(given), given))
-            return self
+        _share_fields_set(self)
+        if self.__pydantic_fields_set__ <= _ANY_ROLE_FIELDS:
+            return self  # the common message (text, ids): nothing role-specific to check
         for attribute, key, roles in _ROLE_FIELDS:
             if getattr(self, attribute) and self.role not in roles:
                 allowed = " and ".join(sorted(roles))

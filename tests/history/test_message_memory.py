@@ -14,7 +14,7 @@ import pytest
 
 import kedi
 from kedi.errors import HistoryError
-from kedi.history import Message
+from kedi.history import Message, ToolCall
 from kedi.history.lanes import Conversation, Lane
 from kedi.history.messages import collector_paused
 from kedi.history.persistence import load_conversation
@@ -39,6 +39,8 @@ def test_shared_defaults_survive_copies_and_pickles() -> None:
     assert changed.content == "b" and message.content == "a"
     assert message.model_fields_set == {"role", "content", "run_id"}
     assert Message(role="user", content="z", run_id="q").model_fields_set is message.model_fields_set
+    call = Message(role="assistant", tool_calls=[{"id": "1", "name": "f"}]).tool_calls[0]
+    assert call.model_fields_set is ToolCall(id="2", name="g").model_fields_set == {"id", "name"}
 
 
 def test_a_text_message_costs_under_half_a_kilobyte() -> None:
