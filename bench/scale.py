@@ -1,4 +1,4 @@
-"""Runtime at scale (issue 16): `python bench/scale.py`.
+"""Runtime at scale (issue 16): `python bench/scale.py [SECTION ...]`.
 
 One command, every figure side by side with its ratio and target:
 
@@ -14,6 +14,7 @@ One command, every figure side by side with its ratio and target:
   `message_history` on a `FunctionModel`, against kedi with `> history:
   enabled` on the offline model; target: kedi within 1.2x.
 
+Name sections (`"repair scaling"`, `"history length"`, ...) to run only those.
 Times are process CPU time (the machine is shared), best of a few rounds.
 Exits 1 when a figure misses its target.
 """
@@ -179,7 +180,14 @@ def main() -> int:
         ("repair scaling", repair_scaling),
         ("chat loop against Pydantic AI", chat_loop),
     ]
+    chosen = sys.argv[1:]  # e.g. `python bench/scale.py "repair scaling"`: only the sections named
+    unknown = set(chosen) - {title for title, _ in sections}
+    if unknown:
+        print(f"unknown sections {sorted(unknown)}; choose from {[title for title, _ in sections]}")
+        return 2
     for title, section in sections:
+        if chosen and title not in chosen:
+            continue
         print(f"# {title}", flush=True)
         rows, ok = section()
         for name, value, unit in rows:

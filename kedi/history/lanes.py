@@ -145,6 +145,11 @@ class LaneView(Sequence[Any]):
 
     Lanes are append-only within an epoch and a rewrite installs a new list, so
     a view taken before later commits keeps seeing exactly its snapshot.
+
+    A portable lane read by `Conversation.loads` holds the validated C1 dicts
+    of the document (a third of the memory of `Message`s); the view builds a
+    dict's `Message` when it is first read and keeps it in its place, so every
+    reader sees `Message`s and the same one each time.
     """
 
     __slots__ = ("_items", "_length", "_lane")
@@ -172,28 +177,39 @@ class LaneView(Sequence[Any]):
             state = lane._derived.get(name)
             if state is None:
                 state = lane._derived[name] = factory()
-                state.extend(self._items)
+                state.extend(self)
         return state
 
     def __len__(self) -> int:
         return self._length
 
     def __getitem__(self, index: Any) -> Any:
+        items = self._items
         if isinstance(index, slice):
-            return self._items[: self._length][index]
+            return [_message_at(items, position) for position in range(self._length)[index]]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError("lane view index out of range")
-        return self._items[index]
+        return _message_at(items, index)
 
     def __iter__(self) -> Iterator[Any]:
         items = self._items
         for index in range(self._length):
-            yield items[index]
+            yield _message_at(items, index)
 
     def __repr__(self) -> str:
         return f"LaneView({self._length} messages)"
+
+
+def _message_at(items: list[Any], index: int) -> Any:
+    """`items[index]`; a C1 dict kept by `loads` (validated there) becomes its `Message`, in place."""
+    item = items[index]
+    if item.__class__ is dict:
+        from kedi.history.messages import Message
+
+        item = items[index] = Message.model_validate(item)
+    return item
 
 
 class Incremental(Protocol):
