@@ -54,12 +54,14 @@ class AdapterPool:
     whose class takes an httpx `transport` and a `base_url` (the
     OpenAI-compatible one) is built with the job's `GatedTransport`, so each
     HTTP request (retries included) passes the gate; any other adapter is
-    gated once per model call.
+    gated once per model call. `connections` is how many rows may be in
+    flight (the transport keeps a connection alive for each).
     """
 
-    def __init__(self, gate: Gate, base_url: str | None) -> None:
+    def __init__(self, gate: Gate, base_url: str | None, connections: int) -> None:
         self._gate = gate
         self._base_url = base_url
+        self._connections = connections
         self._adapters: dict[tuple[Any, Any], Adapter] = {}
 
     def get(self, adapter: Any, model: str | None) -> Adapter:
@@ -73,7 +75,7 @@ class AdapterPool:
         instance = _create_adapter(adapter, model)
         parameters = inspect.signature(type(instance)).parameters
         if "transport" in parameters and "base_url" in parameters:
-            transport = GatedTransport(self._gate)
+            transport = GatedTransport(self._gate, self._connections)
             rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]
             return instrument(rebuilt, self._gate, gates_requests=False)
         if self._base_url is not None:
@@ -118,10 +120,11 @@ def describe_error(failure: Exception) -> dict[str, str]:
 class RowRunner:
     """Runs rows of one job and records each outcome in the ledger."""
 
-    def __init__(self, spec: BatchSpec, gate: Gate) -> None:
+    def __init__(self, spec: BatchSpec, gate: Gate, *, parallel: int) -> None:
+        """Compile the job's program; `parallel` is how many of its rows this runner runs at once."""
         self.spec = spec
         self.program = compile_program(spec.program_source, path=spec.program_path)
-        self.adapters = AdapterPool(gate, spec.base_url)
+        self.adapters = AdapterPool(gate, spec.base_url, parallel)
         self.ledger = StoreLedger(spec.store)
         self.committer = GroupCommitter(
             spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")

@@ -27,6 +27,7 @@ from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
+from kedi.runtime.python_bridge import CompiledSnippets
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
@@ -63,6 +64,8 @@ class Program:
         self.linked = linked
         """The resolved imports (`kedi.syntax.linking.link`); each run instantiates them afresh."""
         self._procedures: dict[str, KediProcedure] | None = None
+        self._compiled = CompiledSnippets()
+        """The embedded Python snippets, compiled once for all runs."""
 
     @property
     def path(self) -> str:
@@ -171,7 +174,7 @@ class Program:
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
             self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers,
-            linked=self.linked,
+            linked=self.linked, compiled=self._compiled,
         )
         layer.limiter = interpreter.limiter
         return interpreter, layer
