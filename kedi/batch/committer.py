@@ -1,13 +1,14 @@
-"""Group commit: finished rows go to the ledger from one thread, many rows per transaction.
+"""Group commit: a batch's store writes go through one thread, many per transaction.
 
 The history store syncs every transaction to disk (SQLite `synchronous=FULL`),
-which costs milliseconds. Rows finish far faster than that under
-`--parallel 64`, so a row's `record` hands its outcome and conversation to a
-writer thread and awaits the commit; the thread writes everything that is
-waiting in ONE transaction (each row still commits with its own history),
-so one disk sync serves all the rows that finished during the previous one.
-A row is reported finished only once its commit returned. The thread owns
-its own store connection: a connection carries one transaction at a time.
+which costs milliseconds. Rows write far more often than that under
+`--parallel 64` (each model call's turn, each finished row's outcome), so a
+row hands each write to a writer thread and awaits its commit; the thread
+runs everything that is waiting in ONE transaction, so one disk sync serves
+all the writes that arrived during the previous one, and the event loop
+never waits on the disk. A write is reported done only once its transaction
+committed. The thread owns its own store connection: a connection carries
+one transaction at a time.
 """
 
 from __future__ import annotations
@@ -16,40 +17,46 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from kedi.batch.ledger import Outcome, StoreLedger
-from kedi.history.lanes import Conversation
+from kedi.history.store.base import Store, StoreTransaction
 
 MAX_GROUP = 512
-"""The most rows one transaction writes."""
+"""The most writes one transaction holds."""
 
-_Item = tuple[Outcome, Conversation, asyncio.AbstractEventLoop, "asyncio.Future[Outcome]"]
+Write = Callable[[StoreTransaction], Any]
+"""One write: statements run in the group's transaction; its return value is the awaited result."""
+
+_Item = tuple[Write, asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | None"]
 
 
 class GroupCommitter:
-    """Writes finished rows of one job to the ledger from a thread of its own."""
+    """Runs the writes of one job's rows from a thread of its own, a group per transaction."""
 
-    def __init__(self, job: str, open_ledger: Callable[[], StoreLedger]) -> None:
-        self._job = job
-        self._open_ledger = open_ledger
+    def __init__(self, open_store: Callable[[], Store]) -> None:
+        self._open_store = open_store
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kedi-batch-ledger", daemon=True)
 
     def start(self) -> None:
-        """Start the thread; raise what opening its ledger raised."""
+        """Start the thread; raise what opening its store raised."""
         self._thread.start()
         self._opened.wait()
         if self._open_error is not None:
             raise self._open_error
 
-    async def record(self, outcome: Outcome, conversation: Conversation) -> Outcome:
-        """Commit one row; return its outcome as recorded."""
+    async def write(self, write: Write) -> Any:
+        """Run `write` in the next group's transaction; return its result once committed."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outcome] = loop.create_future()
-        self._queue.put((outcome, conversation, loop, future))
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put((write, loop, future))
         return await future
+
+    def write_later(self, write: Write) -> None:
+        """Queue `write` without waiting for it (a cancelled row's last word; `close` commits it)."""
+        self._queue.put((write, None, None))
 
     def close(self) -> None:
         """Commit what is waiting, then stop the thread."""
@@ -59,7 +66,7 @@ class GroupCommitter:
 
     def _run(self) -> None:
         try:
-            ledger = self._open_ledger()
+            store = self._open_store()
         except BaseException as error:  # handed to start()
             self._open_error = error
             self._opened.set()
@@ -81,28 +88,30 @@ class GroupCommitter:
                         stopping = True
                         break
                     group.append(following)
-                self._commit(ledger, group)
+                self._commit(store, group)
                 if stopping:
                     return
         finally:
-            ledger.close()
+            store.close()
 
-    def _commit(self, ledger: StoreLedger, group: list[_Item]) -> None:
+    def _commit(self, store: Store, group: list[_Item]) -> None:
         try:
-            recorded = ledger.record_many(self._job, [(outcome, conversation) for outcome, conversation, _, _ in group])
+            with store.transaction() as tx:
+                results = [write(tx) for write, _, _ in group]
         except BaseException as error:
-            for _, _, loop, future in group:
-                loop.call_soon_threadsafe(_settle, future, None, error)
+            for _, loop, future in group:
+                if loop is not None and future is not None:
+                    loop.call_soon_threadsafe(_settle, future, None, error)
             return
-        for (_, _, loop, future), outcome in zip(group, recorded, strict=True):
-            loop.call_soon_threadsafe(_settle, future, outcome, None)
+        for (_, loop, future), result in zip(group, results, strict=True):
+            if loop is not None and future is not None:
+                loop.call_soon_threadsafe(_settle, future, result, None)
 
 
-def _settle(future: asyncio.Future[Outcome], outcome: Outcome | None, error: BaseException | None) -> None:
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.done():  # the row was cancelled while its commit ran; the commit stands
         return
     if error is not None:
         future.set_exception(error)
     else:
-        assert outcome is not None
-        future.set_result(outcome)
+        future.set_result(result)

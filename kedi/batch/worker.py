@@ -4,29 +4,32 @@ A `RowRunner` is what each engine's worker holds (the local engine one, each
 Ray actor its own): the program compiled once, an `AdapterPool` whose
 adapters every row it runs shares (one connection pool per adapter,
 instrumented by `metering`), and a ledger connection. `run` binds the row to
-`args`, runs the program in a fresh conversation, and records the outcome
-with the conversation's history (one ledger transaction, shared with the rows
-that finish at the same time: `committer`) before returning it.
+`args`, runs the program in its session (a new one, or the one a cut-off
+run left, resumed: `StoreLedger.resume_point`) with a `BatchRecorder`
+committing each call's turn, and records the outcome with the end of its run
+(one transaction, shared with the writes of other rows: `committer`) before
+returning it.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from kedi.adapters import create_adapter
 from kedi.adapters.base import Adapter
 from kedi.batch.committer import GroupCommitter
 from kedi.batch.inputs import Row
-from kedi.batch.ledger import Outcome, StoreLedger
+from kedi.batch.ledger import Outcome, RowStart, StoreLedger
 from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
 from kedi.errors import KediConfigError, KediExecutionError
-from kedi.history.lanes import Conversation
-from kedi.runtime import calls as calls_module
+from kedi.history.store import TurnRecord
+from kedi.history.store.base import Store
 from kedi.runtime.program import compile_program
+from kedi.runtime.sessions import SessionRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +50,10 @@ class AdapterPool:
     """The adapters of one worker, one per (adapter, model) name pair, shared by all its rows.
 
     Rows name their adapters as `kedi run` does (`--adapter/--model`, then the
-    program's own `> adapter:` / `> model:` directives), and the runtime builds
-    each through `create_adapter`. While a row runs, `batch_adapters` routes
-    those builds here, so every row of the worker shares one instance per
-    pair (one connection pool), rate-limited and counting usage. An adapter
+    program's own `> adapter:` / `> model:` directives); each row's run builds
+    them through `get`, its `adapter_factory`, so every row of the worker
+    shares one instance per pair (one connection pool), rate-limited and
+    counting usage. An adapter
     whose class takes an httpx `transport` and a `base_url` (the
     OpenAI-compatible one) is built with the job's `GatedTransport`, so each
     HTTP request (retries included) passes the gate; any other adapter is
@@ -72,7 +75,7 @@ class AdapterPool:
         return instance
 
     def _build(self, adapter: Any, model: str | None) -> Adapter:
-        instance = _create_adapter(adapter, model)
+        instance = create_adapter(adapter, model)
         parameters = inspect.signature(type(instance)).parameters
         if "transport" in parameters and "base_url" in parameters:
             transport = GatedTransport(self._gate, self._connections)
@@ -90,21 +93,6 @@ class AdapterPool:
                 await transport.aclose()
 
 
-_pool: contextvars.ContextVar[AdapterPool | None] = contextvars.ContextVar("kedi_batch_adapters", default=None)
-_create_adapter = calls_module.create_adapter
-
-
-def _batch_create_adapter(adapter: Any, model: str | None) -> Adapter:
-    """`create_adapter` as the runtime sees it: from the row's pool inside a batch row."""
-    pool = _pool.get()
-    return pool.get(adapter, model) if pool is not None else _create_adapter(adapter, model)
-
-
-# The runtime has no hook for who builds a run's adapters; this name is the one
-# it calls. Outside a batch row the original function runs, unchanged.
-calls_module.create_adapter = _batch_create_adapter  # type: ignore[attr-defined]
-
-
 def describe_error(failure: Exception) -> dict[str, str]:
     """A row's error as RESULTS shows it: the cause's type, its message, and where (`file:line`)."""
     if isinstance(failure, KediExecutionError):
@@ -117,6 +105,31 @@ def describe_error(failure: Exception) -> dict[str, str]:
     return {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
 
 
+class BatchRecorder(SessionRecorder):
+    """A row's `SessionRecorder`: its turns go through the job's group committer.
+
+    A resumed row (`RowStart.recorded`) has the calls its cut-off run
+    finished served from the store, and the call that failed continues from
+    its partial, as `kedi run --resume` does.
+    """
+
+    def __init__(self, store: Store, start: RowStart, committer: GroupCommitter) -> None:
+        resuming = bool(start.recorded or start.failure)
+        super().__init__(
+            store,
+            start.session.session_id,
+            start.session.run_no,
+            mode="resume" if resuming else "live",
+            recorded=start.recorded,
+            failure=start.failure,
+        )
+        self._row = start.session
+        self._committer = committer
+
+    async def persist(self, turn: TurnRecord) -> None:
+        await self._committer.write(lambda tx: self._row.commit_turn(tx, turn))
+
+
 class RowRunner:
     """Runs rows of one job and records each outcome in the ledger."""
 
@@ -125,43 +138,59 @@ class RowRunner:
         self.spec = spec
         self.program = compile_program(spec.program_source, path=spec.program_path)
         self.adapters = AdapterPool(gate, spec.base_url, parallel)
-        self.ledger = StoreLedger(spec.store)
-        self.committer = GroupCommitter(
-            spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
-        )
+        self.ledger = StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
+        self._started = self.ledger.started(spec.job)
+        """Rows that had a session when the runner started: they may have a cut-off run to resume."""
+        self.committer = GroupCommitter(lambda: StoreLedger(spec.store).store)
         self.committer.start()
 
     async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
         """Run `row` and record its outcome.
 
-        `recorded_ok` says the row may already have an outcome (a retry after
-        a worker died): then the recorded one is returned and nothing runs twice.
+        `recorded_ok` says the row may already have an outcome or a session (a
+        retry after a worker died): then the recorded outcome is returned and
+        nothing runs twice, or its cut-off run is resumed.
         """
         if recorded_ok:
             known = self.ledger.outcome(self.spec.job, row.key)
             if known is not None:
                 return known
+        if recorded_ok or row.key in self._started:
+            start = self.ledger.resume_point(self.spec.job, row.key)
+        else:
+            start = self.ledger.new_row(self.spec.job, row.key)
         usage = start_row_usage()
-        _pool.set(self.adapters)
-        conversation = Conversation()
+        recorder = BatchRecorder(self.ledger.store, start, self.committer)
         value: Any = None
         error: dict[str, str] | None = None
         try:
             result = await self.program.run(
-                args=row.args, adapter=self.spec.adapter, model=self.spec.model, conversation=conversation, quiet=True
+                args=row.args,
+                adapter=self.spec.adapter,
+                model=self.spec.model,
+                conversation=start.conversation,
+                quiet=True,
+                recorder=recorder,
+                adapter_factory=self.adapters.get,
             )
             value = to_jsonable_python(result, fallback=str)
         except Exception as failure:  # a bug in one row must not end the job; the row says what it was
             error = describe_error(failure)
+        except BaseException:  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here
+            evidence = recorder.failure or {"stage": "canceled"}
+            self.committer.write_later(lambda tx: start.session.interrupt(tx, evidence))
+            raise
         outcome = Outcome(
             key=row.key,
             position=row.position,
             value=value,
             error=error,
             usage=usage.as_dict(),
-            session=conversation.conversation_id,
+            session=start.session.session_id,
         )
-        return await self.committer.record(outcome, conversation)
+        failure = None if error is None else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
+        label = recorder.model_label
+        return await self.committer.write(lambda tx: start.session.finish(tx, outcome, failure=failure, model_label=label))
 
     async def aclose(self) -> None:
         """Commit what is waiting; close the ledger connections and the adapter's transport."""

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
-from kedi.adapters.base import Usage
+from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
@@ -93,6 +93,7 @@ class Program:
         conversation_id: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         recorder: SessionRecorder | None = None,
+        adapter_factory: Callable[[Any, Any], Adapter] | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -111,6 +112,9 @@ class Program:
         their validated value at the end, as usual.
         `recorder` links the run to a session of the history store (recording,
         replay, resume; see `kedi.runtime.sessions`).
+        `adapter_factory(adapter, model)` builds the run's adapters in place of
+        `kedi.adapters.create_adapter` (given the names from the arguments and
+        the program's directives), e.g. to share instances across runs.
         """
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
@@ -128,6 +132,8 @@ class Program:
             quiet=quiet,
         )
         layer.recorder = recorder
+        if adapter_factory is not None:
+            layer.adapter_factory = adapter_factory
         defaults = config_module.current()
         agent = initial_agent(
             system if system is not None else defaults.system,
