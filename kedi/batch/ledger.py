@@ -280,28 +280,26 @@ class RowSession:
     resumed: bool = False
     """The run was cut off before: it is reopened (else begun)."""
 
-    def open(self, tx: StoreTransaction) -> None:
-        """Make the session and its run exist and run (idempotent: every write of the row calls it first)."""
+    def open(self, tx: StoreTransaction, *, model: str = "") -> None:
+        """Make the session and its run exist and run (idempotent); `model` labels a new session."""
         if self.resumed:
             tx.reopen_run(self.session_id, self.run_no)
             return
         name = session_name(self.job, self.key)
-        tx.create_session(self.session_id, name=name, program=self.program, model=self.model, if_absent=True)
+        tx.create_session(self.session_id, name=name, program=self.program, model=model or self.model, if_absent=True)
         tx.begin_run(self.session_id, program=self.program, run_no=self.run_no)
 
-    def commit_turn(self, tx: StoreTransaction, turn: TurnRecord) -> None:
-        """One model call's turn (the write `BatchRecorder` hands the committer)."""
-        self.open(tx)
+    def commit_turn(self, tx: StoreTransaction, turn: TurnRecord, *, opened: bool, model: str = "") -> None:
+        """One model call's turn (the write `BatchRecorder` hands the committer), opening the row first unless `opened`."""
+        if not opened:
+            self.open(tx, model=model)
         tx.commit_turn(turn)
 
-    def finish(
-        self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, model_label: str
-    ) -> Outcome:
+    def finish(self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, opened: bool) -> Outcome:
         """The row's end: its run's status and failure evidence, its `batch_rows` line."""
-        self.open(tx)
+        if not opened:
+            self.open(tx)
         tx.finish_run(self.session_id, self.run_no, "failed" if outcome.failed else "ok", failure=failure)
-        if model_label:
-            tx.execute("UPDATE sessions SET model = ? WHERE id = ?", (model_label, self.session_id))
         tx.execute(
             "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
             "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "

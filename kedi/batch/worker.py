@@ -20,12 +20,13 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from kedi.adapters import create_adapter
-from kedi.adapters.base import Adapter
+from kedi.adapters.base import Adapter, CallRequest, CallResult
 from kedi.batch.committer import GroupCommitter
 from kedi.batch.inputs import Row
 from kedi.batch.ledger import Outcome, RowStart, StoreLedger
-from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
+from kedi.batch.metering import Gate, GatedTransport, RowUsage, instrument, start_row_usage
 from kedi.errors import KediConfigError, KediExecutionError
+from kedi.history.lanes import Lane, LaneKey
 from kedi.history.store import TurnRecord
 from kedi.history.store.base import Store
 from kedi.runtime.program import compile_program
@@ -110,10 +111,12 @@ class BatchRecorder(SessionRecorder):
 
     A resumed row (`RowStart.recorded`) has the calls its cut-off run
     finished served from the store, and the call that failed continues from
-    its partial, as `kedi run --resume` does.
+    its partial, as `kedi run --resume` does. A served call's recorded usage
+    counts in the row's `usage` (what the row cost, once), not in the job's
+    token budget (nothing was sent).
     """
 
-    def __init__(self, store: Store, start: RowStart, committer: GroupCommitter) -> None:
+    def __init__(self, store: Store, start: RowStart, committer: GroupCommitter, usage: RowUsage) -> None:
         resuming = bool(start.recorded or start.failure)
         super().__init__(
             store,
@@ -125,9 +128,19 @@ class BatchRecorder(SessionRecorder):
         )
         self._row = start.session
         self._committer = committer
+        self._usage = usage
+        self.opened = False
+        """Whether the row's session and run are in the store (then its writes need not create them)."""
 
     async def persist(self, turn: TurnRecord) -> None:
-        await self._committer.write(lambda tx: self._row.commit_turn(tx, turn))
+        opened, label = self.opened, self.model_label
+        await self._committer.write(lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label))
+        self.opened = True
+
+    def _serve(self, adapter: Adapter, key: LaneKey, request: CallRequest, turn: TurnRecord, lane: Lane | None) -> CallResult:
+        result = super()._serve(adapter, key, request, turn, lane)
+        self._usage.add(result.usage)
+        return result
 
 
 class RowRunner:
@@ -160,7 +173,7 @@ class RowRunner:
         else:
             start = self.ledger.new_row(self.spec.job, row.key)
         usage = start_row_usage()
-        recorder = BatchRecorder(self.ledger.store, start, self.committer)
+        recorder = BatchRecorder(self.ledger.store, start, self.committer, usage)
         value: Any = None
         error: dict[str, str] | None = None
         try:
@@ -189,8 +202,8 @@ class RowRunner:
             session=start.session.session_id,
         )
         failure = None if error is None else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
-        label = recorder.model_label
-        return await self.committer.write(lambda tx: start.session.finish(tx, outcome, failure=failure, model_label=label))
+        opened = recorder.opened
+        return await self.committer.write(lambda tx: start.session.finish(tx, outcome, failure=failure, opened=opened))
 
     async def aclose(self) -> None:
         """Commit what is waiting; close the ledger connections and the adapter's transport."""

@@ -57,7 +57,7 @@ def render_request(adapter: Adapter, key: LaneKey, request: CallRequest) -> dict
         "output_schema": request.output.json_schema if request.output is not None else None,
         "tools": sorted(tool.name for tool in request.tools),
         "tool_contract": key.tools,
-        "settings": redact(dict(request.settings)),
+        "settings": redact(dict(request.settings)) if request.settings else {},
     }
 
 

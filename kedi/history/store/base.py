@@ -23,7 +23,7 @@ from kedi.history.store.records import (
     encode_lane_key,
 )
 from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
-from kedi.redaction import redact
+from kedi.redaction import redact, redactor
 
 __all__ = ["Driver", "Store", "StoreTransaction"]
 
@@ -56,8 +56,8 @@ class Driver(Protocol):
         """Release the connection."""
 
 
-def _json(value: Any) -> str:
-    return json.dumps(redact(value), ensure_ascii=False, separators=(",", ":"), default=str)
+def _json(value: Any, mask: Callable[[Any], Any] = redact) -> str:
+    return json.dumps(mask(value), ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 class StoreTransaction:
@@ -89,6 +89,7 @@ class StoreTransaction:
         if not rows:
             raise StoreError(f"no session {turn.session_id!r} in the store (removed while running?)")
         seq = int(rows[0][0])
+        mask = redactor()  # the known secrets, found once for the turn's six columns
         self.execute(
             "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
             "messages, rewritten, value, usage, exchanges, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -101,12 +102,12 @@ class StoreTransaction:
                 turn.epoch,
                 turn.run_id,
                 turn.origin,
-                _json(turn.request),
-                _json(turn.messages),
-                None if turn.rewritten is None else _json(turn.rewritten),
-                _json(turn.value),
-                _json(turn.usage),
-                _json(turn.exchanges),
+                _json(turn.request, mask),
+                _json(turn.messages, mask),
+                None if turn.rewritten is None else _json(turn.rewritten, mask),
+                _json(turn.value, mask),
+                _json(turn.usage, mask),
+                _json(turn.exchanges, mask),
                 now,
             ),
         )
