@@ -35,7 +35,8 @@ class GroupCommitter:
 
     def __init__(self, open_store: Callable[[], Store]) -> None:
         self._open_store = open_store
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Item] | None] = queue.SimpleQueue()
+        self._gathered: list[_Item] = []
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kedi-batch-ledger", daemon=True)
@@ -48,18 +49,30 @@ class GroupCommitter:
             raise self._open_error
 
     async def write(self, write: Write) -> Any:
-        """Run `write` in the next group's transaction; return its result once committed."""
+        """Run `write` in the next group's transaction; return its result once committed.
+
+        The writes of one turn of the event loop reach the thread together
+        (one hand-off, one wake-up), however many rows asked.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.put((write, loop, future))
+        if not self._gathered:
+            loop.call_soon(self._hand_over)
+        self._gathered.append((write, loop, future))
         return await future
+
+    def _hand_over(self) -> None:
+        gathered, self._gathered = self._gathered, []
+        self._queue.put(gathered)
 
     def write_later(self, write: Write) -> None:
         """Queue `write` without waiting for it (a cancelled row's last word; `close` commits it)."""
-        self._queue.put((write, None, None))
+        self._queue.put([(write, None, None)])
 
     def close(self) -> None:
         """Commit what is waiting, then stop the thread."""
+        if self._gathered:  # writes of rows cancelled before their hand-over
+            self._hand_over()
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
@@ -74,10 +87,10 @@ class GroupCommitter:
         self._opened.set()
         try:
             while True:
-                item = self._queue.get()
-                if item is None:
+                items = self._queue.get()
+                if items is None:
                     return
-                group = [item]
+                group = list(items)
                 stopping = False
                 while len(group) < MAX_GROUP:
                     try:
@@ -87,7 +100,7 @@ class GroupCommitter:
                     if following is None:
                         stopping = True
                         break
-                    group.append(following)
+                    group.extend(following)
                 self._commit(store, group)
                 if stopping:
                     return
@@ -95,23 +108,26 @@ class GroupCommitter:
             store.close()
 
     def _commit(self, store: Store, group: list[_Item]) -> None:
+        outcomes: list[tuple[Any, BaseException | None]]
         try:
             with store.transaction() as tx:
-                results = [write(tx) for write, _, _ in group]
+                outcomes = [(write(tx), None) for write, _, _ in group]
         except BaseException as error:
-            for _, loop, future in group:
-                if loop is not None and future is not None:
-                    loop.call_soon_threadsafe(_settle, future, None, error)
-            return
-        for (_, loop, future), result in zip(group, results, strict=True):
+            outcomes = [(None, error)] * len(group)
+        # one wake-up of each waiting event loop for the whole group
+        settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        for (_, loop, future), (result, error) in zip(group, outcomes, strict=True):
             if loop is not None and future is not None:
-                loop.call_soon_threadsafe(_settle, future, result, None)
+                settled.setdefault(loop, []).append((future, result, error))
+        for loop, futures in settled.items():
+            loop.call_soon_threadsafe(_settle, futures)
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the row was cancelled while its commit ran; the commit stands
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle(futures: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in futures:
+        if future.done():  # the row was cancelled while its commit ran; the commit stands
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
