@@ -144,7 +144,7 @@ def ledger_ms_per_row(folder: Path, rows: int = 2000, parallel: int = 64) -> tup
             while queue:
                 session, turn, outcome = row(queue.pop())
                 await committer.write(partial(session.commit_turn, turn=turn, opened=False, model="openai:test-model"))
-                await committer.write(partial(session.finish, outcome=outcome, failure=None, opened=True))
+                await committer.write(partial(session.finish, outcome=outcome, failure=None, opened=True, turns=1))
 
         started = time.perf_counter()
         await asyncio.gather(*(task() for _ in range(parallel)))
@@ -159,7 +159,7 @@ def ledger_ms_per_row(folder: Path, rows: int = 2000, parallel: int = 64) -> tup
         session, turn, outcome = row(number)
         with ledger.store.transaction() as tx:
             session.commit_turn(tx, turn, opened=False, model="openai:test-model")
-            session.finish(tx, outcome, failure=None, opened=True)
+            session.finish(tx, outcome, failure=None, opened=True, turns=1)
     single_ms = (time.perf_counter() - started) / single * 1000
     ledger.close()
     return grouped_ms, single_ms

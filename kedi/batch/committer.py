@@ -49,17 +49,22 @@ class GroupCommitter:
             raise self._open_error
 
     async def write(self, write: Write) -> Any:
-        """Run `write` in the next group's transaction; return its result once committed.
+        """Run `write` in the next group's transaction; return its result once committed."""
+        return await self.submit(write)
 
-        The writes of one turn of the event loop reach the thread together
-        (one hand-off, one wake-up), however many rows asked.
+    def submit(self, write: Write) -> asyncio.Future[Any]:
+        """Queue `write` for the next group's transaction; the future has its result once committed.
+
+        Writes run in the order they were submitted. The writes of one turn
+        of the event loop reach the thread together (one hand-off, one
+        wake-up), however many rows asked.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._gathered:
             loop.call_soon(self._hand_over)
         self._gathered.append((write, loop, future))
-        return await future
+        return future
 
     def _hand_over(self) -> None:
         gathered, self._gathered = self._gathered, []

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from kedi.errors import KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation
-from kedi.history.store import TurnRecord, default_location, open_store
+from kedi.history.store import StoreError, TurnRecord, default_location, open_store
 from kedi.history.store.base import Store, StoreTransaction
 
 SCHEMA_VERSION = 1
@@ -295,10 +295,24 @@ class RowSession:
             self.open(tx, model=model)
         tx.commit_turn(turn)
 
-    def finish(self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, opened: bool) -> Outcome:
-        """The row's end: its run's status and failure evidence, its `batch_rows` line."""
+    def finish(
+        self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, opened: bool, turns: int
+    ) -> Outcome:
+        """The row's end: its run's status and failure evidence, its `batch_rows` line.
+
+        `turns` is how many turns the run must have in the store: fewer (a
+        turn's write failed) raises `StoreError`, and nothing of the end is written.
+        """
         if not opened:
             self.open(tx)
+        ((stored,),) = tx.query(
+            "SELECT COUNT(*) FROM turns WHERE session_id = ? AND run_no = ?", (self.session_id, self.run_no)
+        )
+        if int(stored) < turns:
+            raise StoreError(
+                f"row {self.key!r}: {turns - int(stored)} of its model calls were not recorded in the store; "
+                "its outcome is not recorded (run the command again to resume it)"
+            )
         tx.finish_run(self.session_id, self.run_no, "failed" if outcome.failed else "ok", failure=failure)
         tx.execute(
             "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "

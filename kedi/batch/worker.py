@@ -13,6 +13,7 @@ returning it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,17 +131,36 @@ class BatchRecorder(SessionRecorder):
         self._committer = committer
         self._usage = usage
         self.opened = False
-        """Whether the row's session and run are in the store (then its writes need not create them)."""
+        """Whether a write creating the row's session and run is queued (later writes need not create them)."""
+        self.recorded_turns = len(start.recorded)
+        """The turns its cut-off run had recorded; with `queued`, how many its run has at the end."""
+        self.queued = 0
 
     async def persist(self, turn: TurnRecord) -> None:
+        """Queue the turn's write without waiting for its commit: the row's end checks it.
+
+        Writes commit in the order they were queued, and the row's end
+        (`RowSession.finish`) refuses to record an outcome unless every turn
+        the run queued is in the store, so a row still never has an outcome
+        without its history; the row waits for one commit, not one per call.
+        A turn lost in a crash before its commit is sent again on resume.
+        """
         opened, label = self.opened, self.model_label
-        await self._committer.write(lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label))
+        queued = self._committer.submit(lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label))
+        queued.add_done_callback(_checked_at_the_end)
         self.opened = True
+        self.queued += 1
 
     def _serve(self, adapter: Adapter, key: LaneKey, request: CallRequest, turn: TurnRecord, lane: Lane | None) -> CallResult:
         result = super()._serve(adapter, key, request, turn, lane)
         self._usage.add(result.usage)
         return result
+
+
+def _checked_at_the_end(write: asyncio.Future[Any]) -> None:
+    """A queued turn's failure is the row end's to report (`RowSession.finish`), not asyncio's log's."""
+    if not write.cancelled():
+        write.exception()
 
 
 class RowRunner:
@@ -202,8 +222,10 @@ class RowRunner:
             session=start.session.session_id,
         )
         failure = None if error is None else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
-        opened = recorder.opened
-        return await self.committer.write(lambda tx: start.session.finish(tx, outcome, failure=failure, opened=opened))
+        opened, turns = recorder.opened, recorder.recorded_turns + recorder.queued
+        return await self.committer.write(
+            lambda tx: start.session.finish(tx, outcome, failure=failure, opened=opened, turns=turns)
+        )
 
     async def aclose(self) -> None:
         """Commit what is waiting; close the ledger connections and the adapter's transport."""

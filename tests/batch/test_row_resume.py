@@ -158,3 +158,21 @@ def test_retry_errors_resumes_a_failed_row_from_its_store_record(tmp_path: Path)
     assert [origin.rsplit(":", 1)[-1] for origin in origins] == ["2", "3", "4"] and runs == [
         (1, "ok")
     ]
+
+
+def test_a_row_end_is_refused_when_a_turn_of_its_run_is_not_in_the_store(tmp_path: Path) -> None:
+    """A row's turns are queued without waiting; its end checks them, so no outcome lacks its history."""
+    from kedi.batch.ledger import JobInfo, Outcome, StoreLedger
+    from kedi.history.store import StoreError
+
+    ledger = StoreLedger(tmp_path / "store.db")
+    ledger.open_job(JobInfo("j", "p.kedi", "a", "rows.jsonl", "b"), force=False)
+    row = ledger.new_row("j", "7").session
+    outcome = Outcome(key="7", position=7, value="v", session=row.session_id)
+    with pytest.raises(StoreError, match="not recorded"), ledger.store.transaction() as tx:
+        row.finish(tx, outcome, failure=None, opened=False, turns=1)
+    assert ledger.outcome("j", "7") is None and ledger.store.find_session(row.session_id) is None
+    with ledger.store.transaction() as tx:
+        row.finish(tx, outcome, failure=None, opened=False, turns=0)
+    assert ledger.outcome("j", "7") == outcome
+    ledger.close()
