@@ -117,8 +117,8 @@ class GroupCommitter:
         try:
             with store.transaction() as tx:
                 outcomes = [(write(tx), None) for write, _, _ in group]
-        except BaseException as error:
-            outcomes = [(None, error)] * len(group)
+        except BaseException as failure:
+            outcomes = [(None, failure)] * len(group)
         # one wake-up of each waiting event loop for the whole group
         settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
         for (_, loop, future), (result, error) in zip(group, outcomes, strict=True):

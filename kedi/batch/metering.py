@@ -130,8 +130,8 @@ class _Released(httpx.AsyncByteStream):
         try:
             await self._stream.aclose()
         finally:
-            if self._release is not None:
-                self._release, release = None, self._release
+            release, self._release = self._release, None
+            if release is not None:
                 release()
 
 

@@ -207,8 +207,8 @@ class RowRunner:
                 adapter_factory=self.adapters.get,
             )
             value = to_jsonable_python(result, fallback=str)
-        except Exception as failure:  # a bug in one row must not end the job; the row says what it was
-            error = describe_error(failure)
+        except Exception as row_error:  # a bug in one row must not end the job; the row says what it was
+            error = describe_error(row_error)
         except BaseException:  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here
             evidence = recorder.failure or {"stage": "canceled"}
             self.committer.write_later(lambda tx: start.session.interrupt(tx, evidence))
