@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -141,6 +141,16 @@ def _redact_text(text: str, spellings: tuple[str, ...]) -> str:
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """A copy of JSON-like `value` with every secret masked (see the module docs)."""
     return _redact(value, _known_spellings(secrets), under_secret=False)
+
+
+def redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], Any]:
+    """`redact` bound to the secrets known now: for many values written together (one turn's columns).
+
+    Finding the known secrets reads the whole environment; a caller masking
+    several values at once pays for that once.
+    """
+    spellings = _known_spellings(secrets)
+    return lambda value: _redact(value, spellings, under_secret=False)
 
 
 def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:

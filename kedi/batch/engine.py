@@ -57,7 +57,7 @@ class LocalEngine:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
-        self._runner = RowRunner(self._spec, LocalGate(self._limiter))
+        self._runner = RowRunner(self._spec, LocalGate(self._limiter), parallel=self._limiter.max_concurrency)
         try:
             async with run_scope():
                 yield

@@ -10,14 +10,20 @@ machines, chosen by `KEDI_HISTORY`), in two tables of its own (component
 - `batch_rows`: one row per finished row: its position, whether it failed,
   and its outcome (JSON), keyed by (job, row key).
 
-Each row's conversation is a session of its own, named `batch/<job>/<key>`.
-When the row ends, ONE store transaction creates its session (or, for a
-retried row, reuses it), commits the turns of its conversation and writes its
-`batch_rows` line, so a crash leaves all or nothing. A row with a line is
-finished: a resumed batch skips it (a failed one too, unless
-`--retry-errors`); a row cut off mid-way left nothing and runs again.
-Finished rows are committed in groups (`GroupCommitter`): one transaction,
-one disk sync, for the rows that finished while the last one was written.
+Each row's conversation is a session of its own, named `batch/<job>/<key>`,
+recorded as `kedi run` records a run (`kedi.runtime.sessions`): every model
+call's turn is committed when the call returns, the row's session and first
+run created with its first write (`RowSession.open`), so a crash leaves the
+calls a row had finished. The row's end, its run's status (with the failure
+evidence and partial of a failed call) and its `batch_rows` line, is ONE
+transaction with its last history write, so a crash leaves all or nothing.
+A row with a line is finished: a resumed batch skips it (a failed one too,
+unless `--retry-errors`). A row cut off mid-way has a session whose last run
+did not end `ok`: the next run resumes it as `kedi run --resume` does, its
+recorded calls served from the store and the failed call continued from its
+partial (`resume_point`). Writes go through `GroupCommitter`: one
+transaction, one disk sync, for the writes that arrived while the last one
+was written.
 """
 
 from __future__ import annotations
@@ -25,15 +31,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kedi.errors import KediConfigError, KediUsageError
+from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation
-from kedi.history.persistence import dump_lane_messages
-from kedi.history.store import TurnRecord, default_location, open_store
-from kedi.history.store.base import Store
+from kedi.history.store import StoreError, TurnRecord, default_location, open_store
+from kedi.history.store.base import Store, StoreTransaction
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0
@@ -105,12 +111,8 @@ class Ledger(Protocol):
     def finished(self, job: str, *, include_failed: bool) -> dict[str, Outcome]:
         """The outcomes of the rows a resumed run skips, by key."""
 
-    def record_many(self, job: str, rows: Sequence[tuple[Outcome, Conversation]]) -> list[Outcome]:
-        """Commit finished rows (each row's session, turns and outcome) in one transaction.
-
-        Returns the outcomes as recorded: a retried row keeps the session of its
-        first attempt, and its new outcome replaces the failed one.
-        """
+    def started(self, job: str) -> set[str]:
+        """The keys of the rows that have a session (begun, perhaps cut off), one query for the run."""
 
     def outcome(self, job: str, key: str) -> Outcome | None:
         """The row's recorded outcome, if any."""
@@ -194,32 +196,33 @@ class StoreLedger:
         query = "SELECT outcome FROM batch_rows WHERE job = ?" + ("" if include_failed else " AND failed = 0")
         return {outcome.key: outcome for outcome in map(_outcome, self._query(query, (job,)))}
 
-    def record_many(self, job: str, rows: Sequence[tuple[Outcome, Conversation]]) -> list[Outcome]:
-        recorded = []
-        with self.store.transaction() as tx:
-            for outcome, conversation in rows:
-                now = time.time()
-                # The row's session, created here so that it commits with the row. (The
-                # store has no transaction-level create_session; these are its columns.)
-                ((session,),) = tx.query(
-                    "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
-                    "VALUES (?, ?, ?, ?, NULL, ?, ?, 0) ON CONFLICT (name) DO UPDATE SET updated = excluded.updated "
-                    "RETURNING id",
-                    (outcome.session, session_name(job, outcome.key), self._program, self._model, now, now),
-                )
-                outcome = replace(outcome, session=session)
-                for key, lane in conversation.lanes.items():
-                    if len(lane):
-                        messages = dump_lane_messages(key, lane.messages)
-                        tx.commit_turn(TurnRecord(session_id=session, lane=key, messages=messages, epoch=lane.epoch))
-                tx.execute(
-                    "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
-                    "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
-                    "finished = excluded.finished",
-                    (job, outcome.key, outcome.position, int(outcome.failed), json.dumps(outcome.to_dict()), now),
-                )
-                recorded.append(outcome)
-        return recorded
+    def started(self, job: str) -> set[str]:
+        prefix = session_name(job, "")
+        rows = self._query("SELECT name FROM sessions WHERE name LIKE ? ESCAPE '\\'", (_like_prefix(prefix),))
+        return {name[len(prefix):] for (name,) in rows}
+
+    def new_row(self, job: str, key: str) -> RowStart:
+        """A row that has no session yet: a new one (its id is its conversation's), run 1."""
+        session_id = new_id()
+        return RowStart(RowSession(job, key, session_id, 1, self._program, self._model), Conversation(session_id))
+
+    def resume_point(self, job: str, key: str) -> RowStart:
+        """Where row `key` starts: its cut-off run resumed, or a new run (of its session, if it has one)."""
+        session = self.store.find_session(session_name(job, key), prefix=False)
+        if session is None:
+            return self.new_row(job, key)
+        runs = self.store.runs(session.id)
+        last = runs[-1] if runs else None
+        if last is None or last.status == "ok":
+            run = RowSession(job, key, session.id, (last.run_no if last else 0) + 1, self._program, self._model)
+            return RowStart(run, Conversation(session.id))
+        run = RowSession(job, key, session.id, last.run_no, self._program, self._model, resumed=True)
+        return RowStart(
+            run,
+            self.store.load_conversation(session.id, before_run=last.run_no),
+            recorded=tuple(self.store.turns(session.id, run_no=last.run_no)),
+            failure=last.failure,
+        )
 
     def outcome(self, job: str, key: str) -> Outcome | None:
         rows = self._query("SELECT outcome FROM batch_rows WHERE job = ? AND key = ?", (job, key))
@@ -248,8 +251,7 @@ class StoreLedger:
         ]
 
     def remove(self, job: str) -> bool:
-        prefix = session_name(job, "").replace("%", "\\%").replace("_", "\\_")
-        sessions = self._query("SELECT id FROM sessions WHERE name LIKE ? ESCAPE '\\'", (prefix + "%",))
+        sessions = self._query("SELECT id FROM sessions WHERE name LIKE ? ESCAPE '\\'", (_like_prefix(session_name(job, "")),))
         for (session_id,) in sessions:
             self.store.delete_session(session_id)
         with self.store.transaction() as tx:
@@ -258,6 +260,82 @@ class StoreLedger:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern for names starting with `prefix` (escape character `\\`)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+@dataclass(frozen=True, slots=True)
+class RowSession:
+    """A row's session and run in the store, written with the row's first write."""
+
+    job: str
+    key: str
+    session_id: str
+    run_no: int
+    program: str = ""
+    model: str = ""
+    resumed: bool = False
+    """The run was cut off before: it is reopened (else begun)."""
+
+    def open(self, tx: StoreTransaction, *, model: str = "") -> None:
+        """Make the session and its run exist and run (idempotent); `model` labels a new session."""
+        if self.resumed:
+            tx.reopen_run(self.session_id, self.run_no)
+            return
+        name = session_name(self.job, self.key)
+        tx.create_session(self.session_id, name=name, program=self.program, model=model or self.model, if_absent=True)
+        tx.begin_run(self.session_id, program=self.program, run_no=self.run_no)
+
+    def commit_turn(self, tx: StoreTransaction, turn: TurnRecord, *, opened: bool, model: str = "") -> None:
+        """One model call's turn (the write `BatchRecorder` hands the committer), opening the row first unless `opened`."""
+        if not opened:
+            self.open(tx, model=model)
+        tx.commit_turn(turn)
+
+    def finish(
+        self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, opened: bool, turns: int
+    ) -> Outcome:
+        """The row's end: its run's status and failure evidence, its `batch_rows` line.
+
+        `turns` is how many turns the run must have in the store: fewer (a
+        turn's write failed) raises `StoreError`, and nothing of the end is written.
+        """
+        if not opened:
+            self.open(tx)
+        ((stored,),) = tx.query(
+            "SELECT COUNT(*) FROM turns WHERE session_id = ? AND run_no = ?", (self.session_id, self.run_no)
+        )
+        if int(stored) < turns:
+            raise StoreError(
+                f"row {self.key!r}: {turns - int(stored)} of its model calls were not recorded in the store; "
+                "its outcome is not recorded (run the command again to resume it)"
+            )
+        tx.finish_run(self.session_id, self.run_no, "failed" if outcome.failed else "ok", failure=failure)
+        tx.execute(
+            "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
+            "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
+            "finished = excluded.finished",
+            (self.job, outcome.key, outcome.position, int(outcome.failed), json.dumps(outcome.to_dict()), time.time()),
+        )
+        return outcome
+
+    def interrupt(self, tx: StoreTransaction, failure: dict[str, Any]) -> None:
+        """A cancelled row's run: `interrupted`, with the evidence the next run resumes from (no outcome)."""
+        self.open(tx)
+        tx.finish_run(self.session_id, self.run_no, "interrupted", failure=failure)
+
+
+@dataclass(frozen=True, slots=True)
+class RowStart:
+    """How a row's run starts: its session, the conversation before its run, what its cut-off run recorded."""
+
+    session: RowSession
+    conversation: Conversation
+    recorded: tuple[TurnRecord, ...] = ()
+    failure: dict[str, Any] | None = None
 
 
 def _outcome(row: tuple[Any, ...]) -> Outcome:

@@ -67,6 +67,11 @@ class RateLimiter:
         self.throttled_count = 0
 
     @property
+    def max_concurrency(self) -> int:
+        """The concurrency the job asked for (`--parallel`)."""
+        return self._max_concurrency
+
+    @property
     def concurrency(self) -> int:
         """How many rows may be in flight now."""
         return int(self._concurrency)

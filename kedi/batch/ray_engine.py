@@ -81,8 +81,8 @@ class RayGate:
 class RowActor:
     """Runs rows of one job (a Ray async actor class once wrapped)."""
 
-    def __init__(self, spec: BatchSpec, limiter: Any) -> None:
-        self._runner = RowRunner(spec, RayGate(limiter))
+    def __init__(self, spec: BatchSpec, limiter: Any, parallel: int) -> None:
+        self._runner = RowRunner(spec, RayGate(limiter), parallel=parallel)
 
     async def ready(self) -> int:
         return os.getpid()
@@ -165,7 +165,7 @@ class RayEngine:
     def _new_actor(self) -> Any:
         per_actor = max(1, -(-self._parallel // self._count))
         cls = self._ray.remote(num_cpus=0, max_concurrency=per_actor, scheduling_strategy="SPREAD")(RowActor)
-        actor = cls.remote(self._spec, self._limiter)
+        actor = cls.remote(self._spec, self._limiter, per_actor)
         self._load[id(actor)] = 0
         return actor
 

@@ -4,29 +4,34 @@ A `RowRunner` is what each engine's worker holds (the local engine one, each
 Ray actor its own): the program compiled once, an `AdapterPool` whose
 adapters every row it runs shares (one connection pool per adapter,
 instrumented by `metering`), and a ledger connection. `run` binds the row to
-`args`, runs the program in a fresh conversation, and records the outcome
-with the conversation's history (one ledger transaction, shared with the rows
-that finish at the same time: `committer`) before returning it.
+`args`, runs the program in its session (a new one, or the one a cut-off
+run left, resumed: `StoreLedger.resume_point`) with a `BatchRecorder`
+committing each call's turn, and records the outcome with the end of its run
+(one transaction, shared with the writes of other rows: `committer`) before
+returning it.
 """
 
 from __future__ import annotations
 
-import contextvars
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from kedi.adapters.base import Adapter
+from kedi.adapters import create_adapter
+from kedi.adapters.base import Adapter, CallRequest, CallResult
 from kedi.batch.committer import GroupCommitter
 from kedi.batch.inputs import Row
-from kedi.batch.ledger import Outcome, StoreLedger
-from kedi.batch.metering import Gate, GatedTransport, instrument, start_row_usage
+from kedi.batch.ledger import Outcome, RowStart, StoreLedger
+from kedi.batch.metering import Gate, GatedTransport, RowUsage, instrument, start_row_usage
 from kedi.errors import KediConfigError, KediExecutionError
-from kedi.history.lanes import Conversation
-from kedi.runtime import calls as calls_module
+from kedi.history.lanes import Lane, LaneKey
+from kedi.history.store import TurnRecord
+from kedi.history.store.base import Store
 from kedi.runtime.program import compile_program
+from kedi.runtime.sessions import SessionRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,19 +52,21 @@ class AdapterPool:
     """The adapters of one worker, one per (adapter, model) name pair, shared by all its rows.
 
     Rows name their adapters as `kedi run` does (`--adapter/--model`, then the
-    program's own `> adapter:` / `> model:` directives), and the runtime builds
-    each through `create_adapter`. While a row runs, `batch_adapters` routes
-    those builds here, so every row of the worker shares one instance per
-    pair (one connection pool), rate-limited and counting usage. An adapter
+    program's own `> adapter:` / `> model:` directives); each row's run builds
+    them through `get`, its `adapter_factory`, so every row of the worker
+    shares one instance per pair (one connection pool), rate-limited and
+    counting usage. An adapter
     whose class takes an httpx `transport` and a `base_url` (the
     OpenAI-compatible one) is built with the job's `GatedTransport`, so each
     HTTP request (retries included) passes the gate; any other adapter is
-    gated once per model call.
+    gated once per model call. `connections` is how many rows may be in
+    flight (the transport keeps a connection alive for each).
     """
 
-    def __init__(self, gate: Gate, base_url: str | None) -> None:
+    def __init__(self, gate: Gate, base_url: str | None, connections: int) -> None:
         self._gate = gate
         self._base_url = base_url
+        self._connections = connections
         self._adapters: dict[tuple[Any, Any], Adapter] = {}
 
     def get(self, adapter: Any, model: str | None) -> Adapter:
@@ -70,10 +77,10 @@ class AdapterPool:
         return instance
 
     def _build(self, adapter: Any, model: str | None) -> Adapter:
-        instance = _create_adapter(adapter, model)
+        instance = create_adapter(adapter, model)
         parameters = inspect.signature(type(instance)).parameters
         if "transport" in parameters and "base_url" in parameters:
-            transport = GatedTransport(self._gate)
+            transport = GatedTransport(self._gate, self._connections)
             rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]  # only OpenAI-compatible adapters reach here
             return instrument(rebuilt, self._gate, gates_requests=False)
         if self._base_url is not None:
@@ -88,21 +95,6 @@ class AdapterPool:
                 await transport.aclose()
 
 
-_pool: contextvars.ContextVar[AdapterPool | None] = contextvars.ContextVar("kedi_batch_adapters", default=None)
-_create_adapter = calls_module.create_adapter
-
-
-def _batch_create_adapter(adapter: Any, model: str | None) -> Adapter:
-    """`create_adapter` as the runtime sees it: from the row's pool inside a batch row."""
-    pool = _pool.get()
-    return pool.get(adapter, model) if pool is not None else _create_adapter(adapter, model)
-
-
-# The runtime has no hook for who builds a run's adapters; this name is the one
-# it calls. Outside a batch row the original function runs, unchanged.
-calls_module.create_adapter = _batch_create_adapter
-
-
 def describe_error(failure: Exception) -> dict[str, str]:
     """A row's error as RESULTS shows it: the cause's type, its message, and where (`file:line`)."""
     if isinstance(failure, KediExecutionError):
@@ -115,50 +107,125 @@ def describe_error(failure: Exception) -> dict[str, str]:
     return {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
 
 
+class BatchRecorder(SessionRecorder):
+    """A row's `SessionRecorder`: its turns go through the job's group committer.
+
+    A resumed row (`RowStart.recorded`) has the calls its cut-off run
+    finished served from the store, and the call that failed continues from
+    its partial, as `kedi run --resume` does. A served call's recorded usage
+    counts in the row's `usage` (what the row cost, once), not in the job's
+    token budget (nothing was sent).
+    """
+
+    def __init__(self, store: Store, start: RowStart, committer: GroupCommitter, usage: RowUsage) -> None:
+        resuming = bool(start.recorded or start.failure)
+        super().__init__(
+            store,
+            start.session.session_id,
+            start.session.run_no,
+            mode="resume" if resuming else "live",
+            recorded=start.recorded,
+            failure=start.failure,
+        )
+        self._row = start.session
+        self._committer = committer
+        self._usage = usage
+        self.opened = False
+        """Whether a write creating the row's session and run is queued (later writes need not create them)."""
+        self.recorded_turns = len(start.recorded)
+        """The turns its cut-off run had recorded; with `queued`, how many its run has at the end."""
+        self.queued = 0
+
+    async def persist(self, turn: TurnRecord) -> None:
+        """Queue the turn's write without waiting for its commit: the row's end checks it.
+
+        Writes commit in the order they were queued, and the row's end
+        (`RowSession.finish`) refuses to record an outcome unless every turn
+        the run queued is in the store, so a row still never has an outcome
+        without its history; the row waits for one commit, not one per call.
+        A turn lost in a crash before its commit is sent again on resume.
+        """
+        opened, label = self.opened, self.model_label
+        queued = self._committer.submit(lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label))
+        queued.add_done_callback(_checked_at_the_end)
+        self.opened = True
+        self.queued += 1
+
+    def _serve(self, adapter: Adapter, key: LaneKey, request: CallRequest, turn: TurnRecord, lane: Lane | None) -> CallResult:
+        result = super()._serve(adapter, key, request, turn, lane)
+        self._usage.add(result.usage)
+        return result
+
+
+def _checked_at_the_end(write: asyncio.Future[Any]) -> None:
+    """A queued turn's failure is the row end's to report (`RowSession.finish`), not asyncio's log's."""
+    if not write.cancelled():
+        write.exception()
+
+
 class RowRunner:
     """Runs rows of one job and records each outcome in the ledger."""
 
-    def __init__(self, spec: BatchSpec, gate: Gate) -> None:
+    def __init__(self, spec: BatchSpec, gate: Gate, *, parallel: int) -> None:
+        """Compile the job's program; `parallel` is how many of its rows this runner runs at once."""
         self.spec = spec
         self.program = compile_program(spec.program_source, path=spec.program_path)
-        self.adapters = AdapterPool(gate, spec.base_url)
-        self.ledger = StoreLedger(spec.store)
-        self.committer = GroupCommitter(
-            spec.job, lambda: StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
-        )
+        self.adapters = AdapterPool(gate, spec.base_url, parallel)
+        self.ledger = StoreLedger(spec.store, program=spec.program_path, model=spec.model or "")
+        self._started = self.ledger.started(spec.job)
+        """Rows that had a session when the runner started: they may have a cut-off run to resume."""
+        self.committer = GroupCommitter(lambda: StoreLedger(spec.store).store)
         self.committer.start()
 
     async def run(self, row: Row, *, recorded_ok: bool = False) -> Outcome:
         """Run `row` and record its outcome.
 
-        `recorded_ok` says the row may already have an outcome (a retry after
-        a worker died): then the recorded one is returned and nothing runs twice.
+        `recorded_ok` says the row may already have an outcome or a session (a
+        retry after a worker died): then the recorded outcome is returned and
+        nothing runs twice, or its cut-off run is resumed.
         """
         if recorded_ok:
             known = self.ledger.outcome(self.spec.job, row.key)
             if known is not None:
                 return known
+        if recorded_ok or row.key in self._started:
+            start = self.ledger.resume_point(self.spec.job, row.key)
+        else:
+            start = self.ledger.new_row(self.spec.job, row.key)
         usage = start_row_usage()
-        _pool.set(self.adapters)
-        conversation = Conversation()
+        recorder = BatchRecorder(self.ledger.store, start, self.committer, usage)
         value: Any = None
         error: dict[str, str] | None = None
         try:
             result = await self.program.run(
-                args=row.args, adapter=self.spec.adapter, model=self.spec.model, conversation=conversation, quiet=True
+                args=row.args,
+                adapter=self.spec.adapter,
+                model=self.spec.model,
+                conversation=start.conversation,
+                quiet=True,
+                recorder=recorder,
+                adapter_factory=self.adapters.get,
             )
             value = to_jsonable_python(result, fallback=str)
-        except Exception as failure:  # a bug in one row must not end the job; the row says what it was
-            error = describe_error(failure)
+        except Exception as row_error:  # a bug in one row must not end the job; the row says what it was
+            error = describe_error(row_error)
+        except BaseException:  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here
+            evidence = recorder.failure or {"stage": "canceled"}
+            self.committer.write_later(lambda tx: start.session.interrupt(tx, evidence))
+            raise
         outcome = Outcome(
             key=row.key,
             position=row.position,
             value=value,
             error=error,
             usage=usage.as_dict(),
-            session=conversation.conversation_id,
+            session=start.session.session_id,
         )
-        return await self.committer.record(outcome, conversation)
+        failure = None if error is None else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
+        opened, turns = recorder.opened, recorder.recorded_turns + recorder.queued
+        return await self.committer.write(
+            lambda tx: start.session.finish(tx, outcome, failure=failure, opened=opened, turns=turns)
+        )
 
     async def aclose(self) -> None:
         """Commit what is waiting; close the ledger connections and the adapter's transport."""

@@ -167,6 +167,8 @@ class CallLayer:
         """Set by a parallel run: bounds model requests in flight."""
         self.recorder: SessionRecorder | None = None
         """Set when the run is recorded to, replayed from or resumed from the history store."""
+        self.adapter_factory: Callable[[Any, Any], Adapter] = create_adapter
+        """Builds the adapter for an (adapter, model) pair on its first use in the run."""
         self._adapters: dict[tuple[Any, ...], Adapter] = {}
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
@@ -188,7 +190,7 @@ class CallLayer:
             if adapter is None and model is None and not self._noticed and not self.quiet:
                 logger.warning(OFFLINE_NOTICE)
                 self._noticed = True
-            instance = self._adapters[key] = create_adapter(adapter, model)
+            instance = self._adapters[key] = self.adapter_factory(adapter, model)
         return instance
 
     # ------------------------------------------------------------------ calls

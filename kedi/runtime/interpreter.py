@@ -28,7 +28,7 @@ from kedi.errors import (
 from kedi.runtime import interrupts, trace
 from kedi.runtime.imports import ModuleInstances, run_import
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
-from kedi.runtime.python_bridge import PythonBridge, PythonFailure
+from kedi.runtime.python_bridge import CompiledSnippets, PythonBridge, PythonFailure
 from kedi.runtime.scheduler import KediPromise, Scheduler
 from kedi.runtime.scopes import UNBOUND, AgentState, Args, HistoryPolicy, Profile, Scope, SystemText
 from kedi.runtime.sites import CallSite, call_site
@@ -72,6 +72,7 @@ class Interpreter:
         parallel: int = 0,
         linked: LinkedModule | None = None,
         modules: ModuleInstances | None = None,
+        compiled: CompiledSnippets | None = None,
     ) -> None:
         self.module = module
         self.linked = linked
@@ -79,7 +80,7 @@ class Interpreter:
         self.modules = modules if modules is not None else ModuleInstances()
         """The imported modules of this run, shared with every module it imports."""
         self.source = source
-        self.bridge = PythonBridge(source.path)
+        self.bridge = PythonBridge(source.path, compiled)
         self.module_scope = Scope()
         self.env: dict[str, Any] = dict(env or {})
         self.env[RESERVED_ARGS] = Args(args)

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
-from kedi.adapters.base import Usage
+from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
@@ -28,6 +28,7 @@ from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.interrupts import run_interruptibly
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
+from kedi.runtime.python_bridge import CompiledSnippets
 from kedi.runtime.scopes import AgentState, SystemText
 from kedi.source import SourceFile
 from kedi.syntax import ast
@@ -64,6 +65,8 @@ class Program:
         self.linked = linked
         """The resolved imports (`kedi.syntax.linking.link`); each run instantiates them afresh."""
         self._procedures: dict[str, KediProcedure] | None = None
+        self._compiled = CompiledSnippets()
+        """The embedded Python snippets, compiled once for all runs."""
 
     @property
     def path(self) -> str:
@@ -91,6 +94,7 @@ class Program:
         conversation_id: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         recorder: SessionRecorder | None = None,
+        adapter_factory: Callable[[Any, Any], Adapter] | None = None,
     ) -> Any:
         """Run the program and return its top-level result (None without a return).
 
@@ -109,6 +113,9 @@ class Program:
         their validated value at the end, as usual.
         `recorder` links the run to a session of the history store (recording,
         replay, resume; see `kedi.runtime.sessions`).
+        `adapter_factory(adapter, model)` builds the run's adapters in place of
+        `kedi.adapters.create_adapter` (given the names from the arguments and
+        the program's directives), e.g. to share instances across runs.
         """
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
@@ -126,6 +133,8 @@ class Program:
             quiet=quiet,
         )
         layer.recorder = recorder
+        if adapter_factory is not None:
+            layer.adapter_factory = adapter_factory
         defaults = config_module.current()
         agent = initial_agent(
             system if system is not None else defaults.system,
@@ -172,7 +181,7 @@ class Program:
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
             self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers,
-            linked=self.linked,
+            linked=self.linked, compiled=self._compiled,
         )
         layer.limiter = interpreter.limiter
         return interpreter, layer

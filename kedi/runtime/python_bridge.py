@@ -128,11 +128,30 @@ class _Block:
     returns: bool
 
 
+class CompiledSnippets:
+    """A program's compiled snippets, kept by its `Program` so its runs compile each snippet once.
+
+    Compiled code does not depend on the globals it later runs in, so every
+    run's bridge (each with its own prelude) may share it; the file names the
+    code was compiled under are shared with it, so traces still find their source.
+    """
+
+    def __init__(self) -> None:
+        self.expressions: dict[PythonCode, CodeType] = {}
+        self.blocks: dict[PythonCode, _Block] = {}
+        self.sources: dict[str, PythonCode] = {}
+        self.callers: dict[PythonCode, _Callers] = {}
+        self.awaiting: dict[tuple[PythonCode, str, frozenset[str]], CodeType] = {}
+
+
 class PythonBridge:
     """Compiles and runs a program's embedded Python; one per `.kedi` file."""
 
-    def __init__(self, path: str) -> None:
-        """Create the bridge of the program at `path` (the name shown in traces)."""
+    def __init__(self, path: str, compiled: CompiledSnippets | None = None) -> None:
+        """Create the bridge of the program at `path` (the name shown in traces).
+
+        `compiled` is the program's compile cache, shared by its runs (a fresh one otherwise).
+        """
         self.path = path
         # The prelude is a real module in `sys.modules` (removed with the bridge):
         # dataclasses, typing.get_type_hints and pickle look classes' modules up there.
@@ -142,11 +161,12 @@ class PythonBridge:
         weakref.finalize(self, sys.modules.pop, self._module.__name__, None)
         self.prelude: dict[str, Any] = self._module.__dict__
         """The prelude's globals; they persist for the whole program."""
-        self._expressions: dict[PythonCode, CodeType] = {}
-        self._blocks: dict[PythonCode, _Block] = {}
-        self._sources: dict[str, PythonCode] = {}
-        self._callers: dict[PythonCode, _Callers] = {}
-        self._awaiting: dict[tuple[PythonCode, str, frozenset[str]], CodeType] = {}
+        compiled = compiled if compiled is not None else CompiledSnippets()
+        self._expressions = compiled.expressions
+        self._blocks = compiled.blocks
+        self._sources = compiled.sources
+        self._callers = compiled.callers
+        self._awaiting = compiled.awaiting
 
     # ------------------------------------------------------------------- running
 

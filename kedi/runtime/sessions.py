@@ -57,7 +57,7 @@ def render_request(adapter: Adapter, key: LaneKey, request: CallRequest) -> dict
         "output_schema": request.output.json_schema if request.output is not None else None,
         "tools": sorted(tool.name for tool in request.tools),
         "tool_contract": key.tools,
-        "settings": redact(dict(request.settings)),
+        "settings": redact(dict(request.settings)) if request.settings else {},
     }
 
 
@@ -206,8 +206,18 @@ class SessionRecorder:
             # the lane now continues from the partial: installed like a processor's rewrite
             result = replace(result, rewritten_history=tuple(request.history), rewrites=1)
         if self.record:
-            self._commit(adapter, key, request, rendered, lane, result, exchanges)
+            await self.persist(self._turn(adapter, key, request, rendered, lane, result, exchanges))
         return result
+
+    async def persist(self, turn: TurnRecord) -> None:
+        """Commit one call's turn to the store, before its lane commits it in memory.
+
+        One transaction, on the caller's thread. A recorder that shares its
+        store with many concurrent runs (`kedi batch`) overrides this to hand
+        the turn to a writer of its own; a failure must still raise here.
+        """
+        assert self.store is not None
+        self.store.commit_turn(turn)
 
     def _resumed(self, adapter: Adapter, key: LaneKey, request: CallRequest, lane: Lane | None) -> CallRequest | None:
         """The first live call on the failed call's lane continues from its partial messages.
@@ -222,7 +232,7 @@ class SessionRecorder:
         history = tuple(load_lane_messages(key, failure["messages"], [adapter]))
         return replace(request, history=history)
 
-    def _commit(
+    def _turn(
         self,
         adapter: Adapter,
         key: LaneKey,
@@ -231,8 +241,7 @@ class SessionRecorder:
         lane: Lane | None,
         result: CallResult,
         exchanges: list[dict[str, Any]],
-    ) -> None:
-        assert self.store is not None
+    ) -> TurnRecord:
         if not self.model_label:
             self.model_label = key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
         history_on = lane is not None
@@ -240,22 +249,20 @@ class SessionRecorder:
         epoch = 0
         if lane is not None:
             epoch = lane.epoch + (max(result.rewrites, 1) if rewritten is not None else 0)
-        self.store.commit_turn(
-            TurnRecord(
-                session_id=self.session_id,
-                run_no=self.run_no,
-                lane=key,
-                history=history_on,
-                epoch=epoch,
-                messages=dump_lane_messages(key, result.new_messages, [adapter]),
-                rewritten=None if rewritten is None else dump_lane_messages(key, rewritten, [adapter]),
-                run_id=request.run_id,
-                origin=request.origin,
-                request={**rendered, "origin": request.origin},
-                value=json.loads(pydantic_core.to_json(result.value, fallback=str)),
-                usage=asdict(result.usage) if isinstance(result.usage, Usage) else {},
-                exchanges=exchanges,
-            )
+        return TurnRecord(
+            session_id=self.session_id,
+            run_no=self.run_no,
+            lane=key,
+            history=history_on,
+            epoch=epoch,
+            messages=dump_lane_messages(key, result.new_messages, [adapter]),
+            rewritten=None if rewritten is None else dump_lane_messages(key, rewritten, [adapter]),
+            run_id=request.run_id,
+            origin=request.origin,
+            request={**rendered, "origin": request.origin},
+            value=json.loads(pydantic_core.to_json(result.value, fallback=str)),
+            usage=asdict(result.usage) if isinstance(result.usage, Usage) else {},
+            exchanges=exchanges,
         )
 
     def _note_failure(self, key: LaneKey, request: CallRequest, error: BaseException) -> None:

@@ -73,6 +73,30 @@ def test_extra_rows_commit_in_the_same_transaction_or_not_at_all(location: str) 
             assert tx.query("SELECT item FROM ledger_test WHERE item = ?", (item,)) == [(item,)]
 
 
+def test_a_session_its_run_and_first_turn_commit_together_and_idempotently(location: str) -> None:
+    """The transaction-level forms (`kedi batch` creates a row's session with its first write, every write)."""
+    with open_store(location) as store:
+        session_id, name = str(uuid.uuid4()), f"batch/j/{uuid.uuid4()}"
+        for _ in range(2):  # the second write of the same session leaves its session and run as they are
+            with store.transaction() as tx:
+                tx.create_session(session_id, name=name, program="p.kedi", if_absent=True)
+                assert tx.begin_run(session_id, program="p.kedi", run_no=1) == 1
+                tx.commit_turn(TurnRecord(session_id=session_id, run_no=1, lane=KEY, messages=[]))
+        with pytest.raises(RuntimeError), store.transaction() as tx:  # all or nothing
+            tx.create_session(str(uuid.uuid4()), name="rolled-back")
+            raise RuntimeError
+        assert store.find_session("rolled-back") is None
+        assert store.session(name).turns == 2 and [run.run_no for run in store.runs(session_id)] == [1]
+        with store.transaction() as tx:
+            tx.finish_run(session_id, 1, "failed", failure={"lane": "x", "messages": []})
+        store.reopen_run(session_id, 1)
+        [run] = store.runs(session_id)
+        assert run.status == "running" and run.failure is None  # the resuming run holds the evidence it read
+        assert store.begin_run(session_id) == 2  # the next number, as before
+        with pytest.raises(StoreError), store.transaction() as tx:  # a name is one session's
+            tx.create_session(str(uuid.uuid4()), name=name, if_absent=True)
+
+
 def test_migrations_run_forward_once_and_a_newer_store_is_refused(location: str) -> None:
     component = f"c{uuid.uuid4().hex[:8]}"
     with open_store(location) as store:

@@ -67,3 +67,30 @@ def test_the_run_ids_example_shows_chained_and_forked_runs() -> None:
     assert out.count("all stamped with both ids: True") == 3
     assert "run request-42" in out and "same conversation: True" in out
     assert "forked from the first two: True" in out and "the original still has 4 messages" in out
+
+
+def test_an_adapter_factory_builds_the_runs_adapters_and_may_share_them_across_runs() -> None:
+    """`adapter_factory` is asked for every (adapter, model) pair a run uses (`kedi batch` shares one pool)."""
+    from kedi.adapters.offline import OfflineAdapter
+
+    asked: list[tuple[object, object]] = []
+    shared: dict[tuple[object, object], OfflineAdapter] = {}
+
+    def factory(adapter: object, model: object) -> OfflineAdapter:
+        asked.append((adapter, model))
+        return shared.setdefault((adapter, model), OfflineAdapter(f"shared-{len(shared)}"))
+
+    program = kedi.compile("[a] << one\n> model: other\n[b] << two\n= <b>")
+    for _ in range(2):
+        program.run_sync(adapter="offline", model="m", adapter_factory=factory)
+    # each run asks once per pair (the run caches its adapters); the instances were the factory's
+    assert asked == [("offline", "m"), ("offline", "other")] * 2 and len(shared) == 2
+    # without a factory, the registry builds them as before
+    assert program.run_sync(adapter="offline", model="m") == "[offline] two"
+
+
+def test_a_programs_runs_share_its_compiled_python_and_still_trace_it() -> None:
+    program = kedi.compile("= `1 // args.d`", path="div.kedi")
+    assert program.run_sync(args={"d": 1}) == 1
+    with pytest.raises(kedi.KediError, match=r"(?s)File \"div\.kedi\", line 1.*embedded Python line 1.*1 // args\.d"):
+        program.run_sync(args={"d": 0})

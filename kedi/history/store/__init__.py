@@ -41,6 +41,16 @@ or opens the transaction itself (several turns and rows, all or nothing)::
         tx.execute("UPDATE batch_items SET state = ? WHERE id = ?", ("done", item))
         rows = tx.query("SELECT state FROM batch_items WHERE id = ?", (item,))
 
+Sessions and runs have transaction-level forms too, for a caller whose
+session must appear with its first write (`kedi batch`: a row's session, its
+first run and its first turn commit together)::
+
+    with store.transaction() as tx:
+        tx.create_session(session_id, name="batch/job/7", if_absent=True)
+        tx.begin_run(session_id, run_no=1)      # left as it is when already begun
+        tx.commit_turn(turn)
+        tx.finish_run(session_id, 1, "ok")
+
 SQL given to `execute`/`query` uses `?` placeholders on both backends (the
 PostgreSQL backend rewrites them). Tables of one's own are created and
 migrated with `store.extend_schema("batch", version, [ddl, ...])`: each

@@ -26,7 +26,7 @@ from kedi.history.store.records import (
     encode_lane_key,
 )
 from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
-from kedi.redaction import redact
+from kedi.redaction import redact, redactor
 
 __all__ = ["Driver", "Store", "StoreTransaction"]
 
@@ -60,8 +60,8 @@ class Driver(Protocol):
         """Release the connection."""
 
 
-def _json(value: Any) -> str:
-    return json.dumps(redact(value), ensure_ascii=False, separators=(",", ":"), default=str)
+def _json(value: Any, mask: Callable[[Any], Any] = redact) -> str:
+    return json.dumps(mask(value), ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 class StoreTransaction:
@@ -93,6 +93,7 @@ class StoreTransaction:
         if not rows:
             raise StoreError(f"no session {turn.session_id!r} in the store (removed while running?)")
         seq = int(rows[0][0])
+        mask = redactor()  # the known secrets, found once for the turn's six columns
         self.execute(
             "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
             "messages, rewritten, value, usage, exchanges, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -105,16 +106,82 @@ class StoreTransaction:
                 turn.epoch,
                 turn.run_id,
                 turn.origin,
-                _json(turn.request),
-                _json(turn.messages),
-                None if turn.rewritten is None else _json(turn.rewritten),
-                _json(turn.value),
-                _json(turn.usage),
-                _json(turn.exchanges),
+                _json(turn.request, mask),
+                _json(turn.messages, mask),
+                None if turn.rewritten is None else _json(turn.rewritten, mask),
+                _json(turn.value, mask),
+                _json(turn.usage, mask),
+                _json(turn.exchanges, mask),
                 now,
             ),
         )
         return seq
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        name: str | None = None,
+        program: str = "",
+        model: str = "",
+        parent: str | None = None,
+        if_absent: bool = False,
+    ) -> float:
+        """Insert session `session_id` in this transaction; return its creation time.
+
+        With `if_absent`, a session that already has this id is left as it is
+        (so a caller may create its session with its first write, every time).
+        A name another session has raises `StoreError`.
+        """
+        now = time.time()
+        self.execute(
+            "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 0)" + (" ON CONFLICT (id) DO NOTHING" if if_absent else ""),
+            (session_id, name, program, model, parent, now, now),
+        )
+        return now
+
+    def begin_run(self, session_id: str, *, program: str = "", run_no: int | None = None) -> int:
+        """Record the start of a run in this transaction; return its number.
+
+        Without `run_no`, the next number (1, 2, ...). With it, that run, left
+        as it is when it was already begun (the first run of a session created
+        `if_absent` is `run_no=1`).
+        """
+        now = time.time()
+        if run_no is None:
+            rows = self.query(
+                "UPDATE sessions SET updated = ?, program = CASE WHEN ? = '' THEN program ELSE ? END "
+                "WHERE id = ? RETURNING (SELECT COALESCE(MAX(run_no), 0) + 1 FROM runs WHERE session_id = ?)",
+                (now, program, program, session_id, session_id),
+            )
+            if not rows:
+                raise StoreError(f"no session {session_id!r} in the store")
+            run_no = int(rows[0][0])
+            conflict = ""
+        else:
+            conflict = " ON CONFLICT (session_id, run_no) DO NOTHING"
+        self.execute(
+            "INSERT INTO runs (session_id, run_no, program, started, status) VALUES (?, ?, ?, ?, 'running')" + conflict,
+            (session_id, run_no, program, now),
+        )
+        return run_no
+
+    def reopen_run(self, session_id: str, run_no: int) -> None:
+        """Mark a stopped run as running again (resuming it), its failure evidence spent, in this transaction."""
+        self.execute(
+            "UPDATE runs SET status = 'running', finished = NULL, failure = NULL WHERE session_id = ? AND run_no = ?",
+            (session_id, run_no),
+        )
+
+    def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
+        """Record how a run ended (`ok`, `failed`, `interrupted`, with the failure evidence) in this transaction."""
+        now = time.time()
+        self.execute(
+            "UPDATE runs SET finished = ?, status = ?, failure = ? WHERE session_id = ? AND run_no = ?",
+            (now, status, None if failure is None else _json(failure), session_id, run_no),
+        )
+        self.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
 
 
 _SESSION_COLUMNS = (
@@ -265,14 +332,9 @@ class Store:
         from kedi.history.identity import new_id
 
         identifier = session_id or new_id()
-        now = time.time()
         try:
             with self.transaction() as tx:
-                tx.execute(
-                    "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-                    (identifier, name, program, model, parent, now, now),
-                )
+                now = tx.create_session(identifier, name=name, program=program, model=model, parent=parent)
         except StoreError:
             if self.find_session(name or identifier) is not None:
                 raise StoreError(f"a session named {name or identifier!r} already exists") from None
@@ -355,37 +417,22 @@ class Store:
     def begin_run(self, session_id: str, *, program: str = "") -> int:
         """Record the start of a run; return its number (1, 2, ...)."""
         with self.transaction() as tx:
-            rows = tx.query(
-                "UPDATE sessions SET updated = ?, program = CASE WHEN ? = '' THEN program ELSE ? END "
-                "WHERE id = ? RETURNING (SELECT COALESCE(MAX(run_no), 0) + 1 FROM runs WHERE session_id = ?)",
-                (time.time(), program, program, session_id, session_id),
-            )
-            if not rows:
-                raise StoreError(f"no session {session_id!r} in the store")
-            run_no = int(rows[0][0])
-            tx.execute(
-                "INSERT INTO runs (session_id, run_no, program, started, status) VALUES (?, ?, ?, ?, 'running')",
-                (session_id, run_no, program, time.time()),
-            )
-        return run_no
+            return tx.begin_run(session_id, program=program)
 
     def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
         """Record how a run ended: `ok`, `failed` or `interrupted` (with the failure evidence)."""
-        now = time.time()
         with self.transaction() as tx:
-            tx.execute(
-                "UPDATE runs SET finished = ?, status = ?, failure = ? WHERE session_id = ? AND run_no = ?",
-                (now, status, None if failure is None else _json(failure), session_id, run_no),
-            )
-            tx.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+            tx.finish_run(session_id, run_no, status, failure=failure)
 
     def reopen_run(self, session_id: str, run_no: int) -> None:
-        """Mark a failed run as running again (resuming it)."""
+        """Mark a failed run as running again (resuming it); its failure evidence is cleared.
+
+        The resuming run holds the evidence it read: if it stops too, its own
+        failure is stored, and if it is killed, a later resume must not apply
+        the old partial to whatever call then comes first.
+        """
         with self.transaction() as tx:
-            tx.execute(
-                "UPDATE runs SET status = 'running', finished = NULL WHERE session_id = ? AND run_no = ?",
-                (session_id, run_no),
-            )
+            tx.reopen_run(session_id, run_no)
 
     def runs(self, session_id: str) -> list[RunInfo]:
         """The session's runs in order."""
