@@ -95,9 +95,18 @@ def kedi_rate(folder: Path, base_url: str, parallel: int, engine_name: str) -> f
     store = str(folder / f"{engine_name}.db")
     ledger = StoreLedger(store)
     program_digest, inputs_digest = job_fingerprint(source, inputs)
-    ledger.open_job(JobInfo(engine_name, str(program), program_digest, "rows.jsonl", inputs_digest), force=False)
-    spec = BatchSpec(job=engine_name, program_source=source, program_path=str(program), store=store,
-                     adapter="openai", model="test-model", base_url=base_url)
+    ledger.open_job(
+        JobInfo(engine_name, str(program), program_digest, "rows.jsonl", inputs_digest), force=False
+    )
+    spec = BatchSpec(
+        job=engine_name,
+        program_source=source,
+        program_path=str(program),
+        store=store,
+        adapter="openai",
+        model="test-model",
+        base_url=base_url,
+    )
     if engine_name == "ray":
         from kedi.batch.ray_engine import RayEngine
 
@@ -105,10 +114,16 @@ def kedi_rate(folder: Path, base_url: str, parallel: int, engine_name: str) -> f
     else:
         engine = LocalEngine(spec, RateLimiter(rpm=None, tpm=None, parallel=parallel))
     out = folder / f"{engine_name}.jsonl"
-    summary = asyncio.run(run_batch(job=engine_name, rows=rows, total=len(rows), ledger=ledger, engine=engine, out=out))
+    summary = asyncio.run(
+        run_batch(
+            job=engine_name, rows=rows, total=len(rows), ledger=ledger, engine=engine, out=out
+        )
+    )
     rate = summary.counts.rate()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [line["value"] for line in lines] == [f"<row-{n}>" for n in range(len(rows))], "wrong results"
+    assert [line["value"] for line in lines] == [f"<row-{n}>" for n in range(len(rows))], (
+        "wrong results"
+    )
     ledger.close()
     return rate
 
@@ -130,9 +145,21 @@ def ledger_ms_per_row(folder: Path, rows: int = 2000, parallel: int = 64) -> tup
     def row(number: int) -> tuple[RowSession, TurnRecord, Outcome]:
         start = ledger.new_row("bench", str(number))
         session = start.session.session_id
-        turn = TurnRecord(session_id=session, run_no=1, lane=key, messages=[{"role": "user", "content": f"<row-{number}>"}],
-                          request={"prompt": f"<row-{number}>"}, value={"label": f"<row-{number}>"})
-        outcome = Outcome(key=str(number), position=number, value=f"<row-{number}>", usage={"input_tokens": 10}, session=session)
+        turn = TurnRecord(
+            session_id=session,
+            run_no=1,
+            lane=key,
+            messages=[{"role": "user", "content": f"<row-{number}>"}],
+            request={"prompt": f"<row-{number}>"},
+            value={"label": f"<row-{number}>"},
+        )
+        outcome = Outcome(
+            key=str(number),
+            position=number,
+            value=f"<row-{number}>",
+            usage={"input_tokens": 10},
+            session=session,
+        )
         return start.session, turn, outcome
 
     async def grouped() -> float:
@@ -143,8 +170,12 @@ def ledger_ms_per_row(folder: Path, rows: int = 2000, parallel: int = 64) -> tup
         async def task() -> None:
             while queue:
                 session, turn, outcome = row(queue.pop())
-                await committer.write(partial(session.commit_turn, turn=turn, opened=False, model="openai:test-model"))
-                await committer.write(partial(session.finish, outcome=outcome, failure=None, opened=True, turns=1))
+                await committer.write(
+                    partial(session.commit_turn, turn=turn, opened=False, model="openai:test-model")
+                )
+                await committer.write(
+                    partial(session.finish, outcome=outcome, failure=None, opened=True, turns=1)
+                )
 
         started = time.perf_counter()
         await asyncio.gather(*(task() for _ in range(parallel)))
@@ -166,12 +197,16 @@ def ledger_ms_per_row(folder: Path, rows: int = 2000, parallel: int = 64) -> tup
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--ray-rows", type=int, default=2_000)
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--latency-ms", type=float, default=50)
-    parser.add_argument("--repeat", type=int, default=3, help="bare loop / kedi pairs (the median is reported)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="bare loop / kedi pairs (the median is reported)"
+    )
     options = parser.parse_args()
     os.environ.update(private_ray(Path(tempfile.mkdtemp(prefix="kedi-bench-"))))
     figures: dict[str, float] = {}
@@ -181,24 +216,35 @@ def main() -> int:
             write_job(folder, options.rows)
             (folder / "ray").mkdir()
             write_job(folder / "ray", options.ray_rows)
-            kedi_rate(folder / "ray", server.base_url, options.parallel, "warm-up")  # imports, first connections
+            kedi_rate(
+                folder / "ray", server.base_url, options.parallel, "warm-up"
+            )  # imports, first connections
             sent = server.stats()["prompts"][0]
             assert sent == request_body(0)["messages"][0]["content"], f"kedi sent {sent!r}"
             # Pairs measured back to back, several times: the machine is shared, so a ratio
             # means something only within one pair; the median pair is the figure.
             pairs = []
             for trial in range(options.repeat):
-                bare = asyncio.run(httpx_loop(server.base_url, options.rows, options.parallel, request_body))
+                bare = asyncio.run(
+                    httpx_loop(server.base_url, options.rows, options.parallel, request_body)
+                )
                 kedi = kedi_rate(folder, server.base_url, options.parallel, f"local-{trial}")
                 pairs.append((kedi / bare, bare, kedi))
-                print(f"pair {trial + 1}: httpx {bare:,.0f} rows/s, kedi {kedi:,.0f} rows/s, {kedi / bare:.2f}x", flush=True)
+                print(
+                    f"pair {trial + 1}: httpx {bare:,.0f} rows/s, kedi {kedi:,.0f} rows/s, {kedi / bare:.2f}x",
+                    flush=True,
+                )
             _, figures["httpx"], figures["local"] = sorted(pairs)[len(pairs) // 2]
             figures["httpx (ray rows)"] = asyncio.run(
                 httpx_loop(server.base_url, options.ray_rows, options.parallel, request_body)
             )
-            figures["local (ray rows)"] = kedi_rate(folder / "ray", server.base_url, options.parallel, "local-small")
+            figures["local (ray rows)"] = kedi_rate(
+                folder / "ray", server.base_url, options.parallel, "local-small"
+            )
             figures["ray"] = kedi_rate(folder / "ray", server.base_url, options.parallel, "ray")
-            figures["ledger ms/row"], figures["ledger ms/row, one transaction each"] = ledger_ms_per_row(folder)
+            figures["ledger ms/row"], figures["ledger ms/row, one transaction each"] = (
+                ledger_ms_per_row(folder)
+            )
     local_ratio = figures["local"] / figures["httpx"]
     ray_ratio = figures["ray"] / figures["local (ray rows)"]
     print(f"{options.rows} rows, --parallel {options.parallel}, {options.latency_ms:g} ms latency")
@@ -206,12 +252,18 @@ def main() -> int:
     for name in ("httpx", "local", "httpx (ray rows)", "local (ray rows)", "ray"):
         print(f"| {name} | {figures[name]:,.0f} |")
     print(f"\nlocal / httpx: {local_ratio:.2f}x (target >= {LOCAL_TARGET})")
-    print(f"ray (2 actors) / local, {options.ray_rows} rows: {ray_ratio:.2f}x (target >= {RAY_TARGET})")
+    print(
+        f"ray (2 actors) / local, {options.ray_rows} rows: {ray_ratio:.2f}x (target >= {RAY_TARGET})"
+    )
     print(
         f"ledger: {figures['ledger ms/row']:.3f} ms per row, grouped commits from {options.parallel} tasks "
         f"(target < {LEDGER_TARGET_MS} ms); {figures['ledger ms/row, one transaction each']:.3f} ms one row per transaction"
     )
-    missed = local_ratio < LOCAL_TARGET or ray_ratio < RAY_TARGET or figures["ledger ms/row"] >= LEDGER_TARGET_MS
+    missed = (
+        local_ratio < LOCAL_TARGET
+        or ray_ratio < RAY_TARGET
+        or figures["ledger ms/row"] >= LEDGER_TARGET_MS
+    )
     return 1 if missed else 0
 
 

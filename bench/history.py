@@ -86,7 +86,11 @@ def make_history(size: int) -> list[Message]:
             Message(role="user", content=f"question {turn}", parts=parts, run_id=run),
             Message(role="assistant", tool_calls=calls, run_id=run),
             Message(
-                role="tool", tool_call_id=f"a{turn}", tool_name="lookup", content="found", run_id=run
+                role="tool",
+                tool_call_id=f"a{turn}",
+                tool_name="lookup",
+                content="found",
+                run_id=run,
             ),
             Message(role="tool", tool_call_id=f"ghost{turn}", content="stray", run_id=run),
             Message(role="assistant", content=f"answer {turn}", run_id=run),
@@ -155,14 +159,28 @@ def make_turn(n: int) -> list[Message]:
     """One realistic 4-message turn: prompt, tool call, tool result, reply (about 300 characters)."""
     run = f"run-{n}"
     return [
-        Message(role="user", content=f"Summarise ticket #{n}: the printer on floor 3 jams on duplex jobs.", run_id=run),
+        Message(
+            role="user",
+            content=f"Summarise ticket #{n}: the printer on floor 3 jams on duplex jobs.",
+            run_id=run,
+        ),
         Message(
             role="assistant",
             tool_calls=[ToolCall(id=f"c{n}", name="lookup_ticket", args=f'{{"id": {n}}}')],
             run_id=run,
         ),
-        Message(role="tool", tool_call_id=f"c{n}", tool_name="lookup_ticket", content="Opened 3 days ago; 4 comments.", run_id=run),
-        Message(role="assistant", content=f"Ticket #{n}: duplex jams on floor 3, open for 3 days, under discussion.", run_id=run),
+        Message(
+            role="tool",
+            tool_call_id=f"c{n}",
+            tool_name="lookup_ticket",
+            content="Opened 3 days ago; 4 comments.",
+            run_id=run,
+        ),
+        Message(
+            role="assistant",
+            content=f"Ticket #{n}: duplex jams on floor 3, open for 3 days, under discussion.",
+            run_id=run,
+        ),
     ]
 
 
@@ -220,7 +238,9 @@ def bench_memory() -> list[Row]:
     """Memory per 1,000 turns of a 10k-turn lane: everything, and the lane's own share."""
     shared = make_turn(0)
     total = lane_memory(LONG_LANE, make_turn)
-    own = lane_memory(LONG_LANE, lambda n: shared)  # the same messages every turn: only the lane grows
+    own = lane_memory(
+        LONG_LANE, lambda n: shared
+    )  # the same messages every turn: only the lane grows
     per_thousand = 1_000 / LONG_LANE / 1024
     return [
         Row("memory: per 1,000 turns (4 messages each)", total * per_thousand, "KiB"),

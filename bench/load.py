@@ -71,7 +71,9 @@ print(json.dumps(times))
 def child(template: str, **values: object) -> dict[str, float]:
     """Run `template` filled with `values` in a fresh interpreter; its last stdout line as JSON."""
     code = template.format(root=str(ROOT), **values)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     return json.loads(done.stdout or "{}")  # type: ignore[no-any-return]
 
 

@@ -182,7 +182,9 @@ def per_call_overhead(calls: int, rounds: int) -> list[Row]:
     async def direct() -> None:
         conversation_id = new_id()
         for prompt, output in calls_made:
-            await adapter.request(build_request(prompt=prompt, output=output, conversation_id=conversation_id))
+            await adapter.request(
+                build_request(prompt=prompt, output=output, conversation_id=conversation_id)
+            )
 
     async def prebuilt() -> None:
         for request in requests:
@@ -203,7 +205,11 @@ def per_call_overhead(calls: int, rounds: int) -> list[Row]:
     strict = (per_call["kedi"] - per_call["prebuilt"]) / per_call["prebuilt"] * 100
     return [
         Row("kedi program, offline adapter", per_call["kedi"], "us/call"),
-        Row("offline adapter called directly (request built per call)", per_call["adapter"], "us/call"),
+        Row(
+            "offline adapter called directly (request built per call)",
+            per_call["adapter"],
+            "us/call",
+        ),
         Row("kedi overhead (difference)", overhead, "us/call"),
         Row(
             "kedi overhead / adapter call",
@@ -212,7 +218,11 @@ def per_call_overhead(calls: int, rounds: int) -> list[Row]:
             f"<= {OVERHEAD_TARGET_PCT:g}%",
             percent <= OVERHEAD_TARGET_PCT,
         ),
-        Row("cross-check: adapter awaited with kedi's prebuilt requests", per_call["prebuilt"], "us/call"),
+        Row(
+            "cross-check: adapter awaited with kedi's prebuilt requests",
+            per_call["prebuilt"],
+            "us/call",
+        ),
         Row("cross-check: kedi overhead over the prebuilt requests", strict, "%"),
         Row("cross-check: kedi program, null adapter", per_call["null"], "us/call"),
     ]

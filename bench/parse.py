@@ -258,8 +258,12 @@ def report(label: str, runs: list[dict[str, Any]], rounds: int) -> None:
     size, lines = first["size"], first["lines"]
     kedi = statistics.median(run["kedi"] for run in runs)
     print(f"{label}: {size:,} bytes, {lines:,} lines")
-    print(f"  ({len(runs)} processes, {rounds} interleaved rounds each; medians of their best rounds)")
-    print(f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)")
+    print(
+        f"  ({len(runs)} processes, {rounds} interleaved rounds each; medians of their best rounds)"
+    )
+    print(
+        f"  kedi.parse  {size / kedi / 1e6:7.3f} MB/s  {kedi / lines * 1e6:7.1f} µs/line  ({kedi * 1e3:.1f} ms)"
+    )
     for name, python in first["python"].items():
         ratios = [_ratio(run, "kedi", name) for run in runs]
         best = statistics.median(run["python"][name]["best"] for run in runs)

@@ -90,7 +90,9 @@ async def server_pair(url: str, captures: int, rounds: int) -> tuple[float, floa
     from openai import AsyncOpenAI
 
     recorder = Recorder(httpx.AsyncHTTPTransport())
-    adapter = OpenAIAdapter("local", base_url=url, structured_mode="json_object", transport=recorder)
+    adapter = OpenAIAdapter(
+        "local", base_url=url, structured_mode="json_object", transport=recorder
+    )
     program = kedi.compile(SOURCE)
 
     async def through_kedi() -> Any:
@@ -150,7 +152,9 @@ def report(name: str, kedi_seconds: float, direct_seconds: float, requests: int)
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--captures", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     options = parser.parse_args()
@@ -161,7 +165,7 @@ async def main() -> int:
         kedi_s, sdk_s = await server_pair(url, options.captures, options.rounds)
         results.append(report("openai adapter vs openai SDK", kedi_s, sdk_s, requests))
     else:
-        print("server pair skipped: set KEDI_TEST_LLAMA_URL (eval \"$(.ci/start-llama)\")")
+        print('server pair skipped: set KEDI_TEST_LLAMA_URL (eval "$(.ci/start-llama)")')
     kedi_s, direct_s = await in_process_pair(options.captures, options.rounds)
     results.append(report("--model local vs Llama directly", kedi_s, direct_s, requests))
     return 0 if all(results) else 1

@@ -74,7 +74,9 @@ def program_size(kind: str) -> list[tuple[str, float, str]]:
         for _ in range(PROCESSES_PER_SIZE):
             out = subprocess.run(
                 [sys.executable, __file__, "--child", kind, str(lines)],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
             samples.append(json.loads(out))
         best = min(samples, key=lambda sample: sample["seconds"])
@@ -96,7 +98,10 @@ def lane_calls() -> tuple[list[tuple[str, float, str]], bool]:
             conversation = kedi.Conversation()
             seed = []
             for turn in range(size // 2):
-                seed += [{"role": "user", "content": f"question {turn}"}, {"role": "assistant", "content": "answer"}]
+                seed += [
+                    {"role": "user", "content": f"question {turn}"},
+                    {"role": "assistant", "content": "answer"},
+                ]
             conversation.seed(seed, model="offline")
 
             async def calls(conversation: kedi.Conversation = conversation) -> float:
@@ -107,7 +112,10 @@ def lane_calls() -> tuple[list[tuple[str, float, str]], bool]:
 
             best = min(best, anyio.run(calls))
         per_call[size] = best / CALLS_PER_SAMPLE * 1e6
-    rows = [(f"history on, lane of {size:,} messages: per call", per_call[size], "µs") for size in LANE_SIZES]
+    rows = [
+        (f"history on, lane of {size:,} messages: per call", per_call[size], "µs")
+        for size in LANE_SIZES
+    ]
     ratio = per_call[LANE_SIZES[-1]] / per_call[LANE_SIZES[0]]
     rows.append(("per call: 5,000 / 100 messages (target <= 1.5)", ratio, "x"))
     return rows, ratio <= 1.5
@@ -120,7 +128,10 @@ def repair_scaling() -> tuple[list[tuple[str, float, str]], bool]:
     from kedi.history import normalize_history, sanitize_history
 
     rows, ok = [], True
-    for name, operation in (("normalize_history", normalize_history), ("sanitize_history", sanitize_history)):
+    for name, operation in (
+        ("normalize_history", normalize_history),
+        ("sanitize_history", sanitize_history),
+    ):
         for row in history_bench.scaling(name, operation):
             unit = "x" if row.unit.startswith("x") else row.unit
             if unit == "x":
@@ -141,7 +152,9 @@ def chat_loop() -> tuple[list[tuple[str, float, str]], bool]:
         return ModelResponse(parts=[TextPart("answer")])
 
     agent = Agent(FunctionModel(reply))
-    chat = kedi.compile("> history: enabled\n[q] = `args.q`\n>> <q> [answer]\n= `answer`\n", path="chat.kedi")
+    chat = kedi.compile(
+        "> history: enabled\n[q] = `args.q`\n>> <q> [answer]\n= `answer`\n", path="chat.kedi"
+    )
 
     async def pydantic_ai_loop() -> float:
         history: list[ModelMessage] = []
@@ -155,7 +168,9 @@ def chat_loop() -> tuple[list[tuple[str, float, str]], bool]:
         conversation = kedi.Conversation()
         started = time.process_time()
         for turn in range(CHAT_TURNS):
-            await chat.run(args={"q": f"question {turn}"}, model="offline", conversation=conversation)
+            await chat.run(
+                args={"q": f"question {turn}"}, model="offline", conversation=conversation
+            )
         return time.process_time() - started
 
     best_peer = best_kedi = float("inf")

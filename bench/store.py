@@ -31,16 +31,25 @@ from kedi.history.lanes import LaneKey  # noqa: E402
 from kedi.history.store import TurnRecord, open_store  # noqa: E402
 
 KEY = LaneKey("offline", "offline", "digest")
-MESSAGES = [{"role": "user", "content": "Name a city " * 10}, {"role": "assistant", "content": '{"city": "Paris"}'}]
+MESSAGES = [
+    {"role": "user", "content": "Name a city " * 10},
+    {"role": "assistant", "content": '{"city": "Paris"}'},
+]
 
 
 def commit_latency(location: str, turns: int) -> tuple[float, float]:
     store = open_store(location)
     assert store is not None
-    store.extend_schema("bench", 1, ["CREATE TABLE IF NOT EXISTS bench_rows (id BIGINT PRIMARY KEY, body TEXT)"])
+    store.extend_schema(
+        "bench", 1, ["CREATE TABLE IF NOT EXISTS bench_rows (id BIGINT PRIMARY KEY, body TEXT)"]
+    )
     session = store.create_session()
-    record = TurnRecord(session_id=session.id, lane=KEY, messages=MESSAGES, request={"prompt": "Name a city"})
-    body = json.dumps(MESSAGES) + json.dumps(record.request)  # the same bytes, one bare INSERT per transaction
+    record = TurnRecord(
+        session_id=session.id, lane=KEY, messages=MESSAGES, request={"prompt": "Name a city"}
+    )
+    body = json.dumps(MESSAGES) + json.dumps(
+        record.request
+    )  # the same bytes, one bare INSERT per transaction
     base = int(time.time() * 1000) * 1000
     kedi_times, bare_times = [], []
     # interleaved, medians: on a shared machine, load drifts between two back-to-back loops
@@ -106,10 +115,15 @@ def show_big_session(directory: Path, turns: int, runs: int) -> dict[str, Timing
     }
     if shutil.which("sqlite3"):
         commands["sqlite3 CLI"] = ["sqlite3", str(location), "SELECT * FROM turns ORDER BY seq"]
-    rounds = [{name: timed_run(command, env) for name, command in commands.items()} for _ in range(runs)]
+    rounds = [
+        {name: timed_run(command, env) for name, command in commands.items()} for _ in range(runs)
+    ]
     return {
-        name: Timing(min(r[name][0] for r in rounds), statistics.median(r[name][0] for r in rounds),
-                     min(r[name][1] for r in rounds))
+        name: Timing(
+            min(r[name][0] for r in rounds),
+            statistics.median(r[name][0] for r in rounds),
+            min(r[name][1] for r in rounds),
+        )
         for name in commands
     }
 
@@ -128,7 +142,13 @@ def replay_overhead(directory: Path) -> tuple[float, float, float]:
     for _ in range(7):
         for name, args in sides.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run([*base, *args], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [*base, *args],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             best[name] = min(best[name], spent)
@@ -137,8 +157,12 @@ def replay_overhead(directory: Path) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--turns", type=int, default=300, help="turns per commit-latency measurement")
-    parser.add_argument("--runs", type=int, default=5, help="runs of each `kedi history show` measurement")
+    parser.add_argument(
+        "--turns", type=int, default=300, help="turns per commit-latency measurement"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="runs of each `kedi history show` measurement"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
@@ -147,15 +171,23 @@ def main() -> None:
             locations.append(("postgresql", os.environ["KEDI_TEST_POSTGRES_DSN"]))
         for kind, location in locations:
             kedi_each, bare_each = commit_latency(location, options.turns)
-            print(f"commit per turn, {kind:10}: kedi {kedi_each * 1e3:7.3f} ms  bare INSERT {bare_each * 1e3:7.3f} ms  "
-                  f"ratio {kedi_each / bare_each:.2f}x")
+            print(
+                f"commit per turn, {kind:10}: kedi {kedi_each * 1e3:7.3f} ms  bare INSERT {bare_each * 1e3:7.3f} ms  "
+                f"ratio {kedi_each / bare_each:.2f}x"
+            )
         timings = show_big_session(directory, 10_000, options.runs)
         show = timings["show"]
         print(f"kedi history show, 10,000 turns (best of {options.runs}): {show}")
         for name, timing in timings.items():
             if name != "show":
-                print(f"  {name:15} {timing}" + (f"  ratio show/{name} {show.best / timing.best:.1f}x"
-                                                    if name == "sqlite3 CLI" else ""))
+                print(
+                    f"  {name:15} {timing}"
+                    + (
+                        f"  ratio show/{name} {show.best / timing.best:.1f}x"
+                        if name == "sqlite3 CLI"
+                        else ""
+                    )
+                )
         replayed, live, unrecorded = replay_overhead(directory)
         print(
             f"kedi run (chat example, CPU): replay {replayed:.3f} s  live {live:.3f} s  ratio {replayed / live:.2f}x "

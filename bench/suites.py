@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "examples" / "library"
 
-PYTHON_TESTS = '''\
+PYTHON_TESTS = """\
 from dataclasses import dataclass
 
 
@@ -68,7 +68,7 @@ def test_slug_matches_title():
     item = headline("modules")
     assert isinstance(item, Headline)
     assert item.slug == slugify(item.title)
-'''
+"""
 
 
 def wall(command: list[str], env: dict[str, str]) -> float:
@@ -89,9 +89,20 @@ def main() -> None:
         python_file = Path(directory) / "test_text_tools.py"
         python_file.write_text(PYTHON_TESTS)
         kedi_command = [sys.executable, "-m", "kedi", "test", str(LIBRARY)]
-        pytest_command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(python_file)]
+        pytest_command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(python_file),
+        ]
         bare = {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        wall(kedi_command, env), wall(pytest_command, bare)  # warm the OS caches and kedi's table cache
+        (
+            wall(kedi_command, env),
+            wall(pytest_command, bare),
+        )  # warm the OS caches and kedi's table cache
         kedi_times, bare_times, plugin_times = [], [], []
         for _ in range(rounds):
             kedi_times.append(wall(kedi_command, env))
@@ -99,10 +110,16 @@ def main() -> None:
             plugin_times.append(wall(pytest_command, env))
     kedi_median = statistics.median(kedi_times)
     bare_median, plugin_median = statistics.median(bare_times), statistics.median(plugin_times)
-    print(f"kedi test examples/library          : {kedi_median * 1000:7.0f} ms (median of {rounds})")
-    print(f"pytest, same tests, no plugins      : {bare_median * 1000:7.0f} ms (PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)")
+    print(
+        f"kedi test examples/library          : {kedi_median * 1000:7.0f} ms (median of {rounds})"
+    )
+    print(
+        f"pytest, same tests, no plugins      : {bare_median * 1000:7.0f} ms (PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)"
+    )
     print(f"pytest, same tests, env's plugins   : {plugin_median * 1000:7.0f} ms")
-    print(f"ratio kedi / pytest without plugins : {kedi_median / bare_median:7.2f}x  (target <= 1.5x)")
+    print(
+        f"ratio kedi / pytest without plugins : {kedi_median / bare_median:7.2f}x  (target <= 1.5x)"
+    )
     print(f"ratio kedi / pytest with plugins    : {kedi_median / plugin_median:7.2f}x")
     import_figures()
 
@@ -125,7 +142,9 @@ def import_figures() -> None:
         kedi.compile(text, path=str(main_path))
         again.append(time.perf_counter() - started)
     print(f"compile main.kedi, modules parsed   : {first * 1000:7.2f} ms")
-    print(f"compile main.kedi, modules cached   : {statistics.median(again) * 1000:7.2f} ms (median of 20)")
+    print(
+        f"compile main.kedi, modules cached   : {statistics.median(again) * 1000:7.2f} ms (median of 20)"
+    )
 
 
 if __name__ == "__main__":

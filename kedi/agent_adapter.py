@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from kedi.adapters.openai import OpenAIAdapter
     from kedi.adapters.pydantic_ai import PydanticAdapter
 
-__all__ = ["HistoryProcessorContext", "LangChainAdapter", "MessageT", "OpenAIAdapter", "PydanticAdapter"]
+__all__ = [
+    "HistoryProcessorContext",
+    "LangChainAdapter",
+    "MessageT",
+    "OpenAIAdapter",
+    "PydanticAdapter",
+]
 
 _ADAPTERS = frozenset({"LangChainAdapter", "OpenAIAdapter", "PydanticAdapter"})
 

@@ -33,10 +33,24 @@ from kedi.errors import KediError
 if TYPE_CHECKING:
     from kedi.runtime.interrupts import KediInterrupted
 
-_COMMANDS = ("run", "parse", "check", "package", "test", "eval", "transcript", "chat", "history", "serve-local", "batch")
+_COMMANDS = (
+    "run",
+    "parse",
+    "check",
+    "package",
+    "test",
+    "eval",
+    "transcript",
+    "chat",
+    "history",
+    "serve-local",
+    "batch",
+)
 EXIT_OUTPUT_FAILED = 74
 """The exit status when stdout cannot be written (`EX_IOERR` of sysexits.h)."""
-_OUTPUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF})
+_OUTPUT_ERRORS = frozenset(
+    {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF}
+)
 
 
 class _KediGroup(click.Group):
@@ -188,25 +202,81 @@ def main() -> None:
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
 )
 @click.argument("file", required=False)
-@click.option("-c", "--command", "command", metavar="SOURCE", help="Run SOURCE text instead of a file.")
-@click.option("--adapter", envvar="KEDI_ADAPTER", help="Default adapter (offline, script, openai, pydantic, langchain).")
-@click.option("--model", "--adapter-model", "model", envvar="KEDI_MODEL", help="Default model (e.g. offline, script:replies.json).")
-@click.option("--transcript", type=click.Path(dir_okay=False), help="Write one JSON line per model request to PATH.")
-@click.option("--transcript-full", is_flag=True, help="Write every message of every request (no references to earlier records).")
-@click.option("--parallel", "parallel", envvar="KEDI_PARALLEL", metavar="N", help="Run independent model calls concurrently (N workers; 1/true/on = 8).")
+@click.option(
+    "-c", "--command", "command", metavar="SOURCE", help="Run SOURCE text instead of a file."
+)
+@click.option(
+    "--adapter",
+    envvar="KEDI_ADAPTER",
+    help="Default adapter (offline, script, openai, pydantic, langchain).",
+)
+@click.option(
+    "--model",
+    "--adapter-model",
+    "model",
+    envvar="KEDI_MODEL",
+    help="Default model (e.g. offline, script:replies.json).",
+)
+@click.option(
+    "--transcript",
+    type=click.Path(dir_okay=False),
+    help="Write one JSON line per model request to PATH.",
+)
+@click.option(
+    "--transcript-full",
+    is_flag=True,
+    help="Write every message of every request (no references to earlier records).",
+)
+@click.option(
+    "--parallel",
+    "parallel",
+    envvar="KEDI_PARALLEL",
+    metavar="N",
+    help="Run independent model calls concurrently (N workers; 1/true/on = 8).",
+)
 @click.option("--quiet", is_flag=True, help="Hide notices (never results or errors).")
-@click.option("--stream", is_flag=True, help="Show reply text on stderr as it arrives (text calls and str captures).")
-@click.option("--session", metavar="NAME", help="Create or continue the named session in the history store.")
-@click.option("-C", "--continue", "continue_last", is_flag=True, help="Continue the most recent session.")
-@click.option("--fork", metavar="NAME", help="Branch the session into a copy named NAME (the parent is recorded).")
-@click.option("--no-store", "no_store", is_flag=True, help="Run without recording (also KEDI_HISTORY=off).")
-@click.option("--resume", metavar="SESSION", help="Continue the session's failed run from its partial.")
-@click.option("--replay", metavar="SESSION", help="Serve every model call from the session's last run.")
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Show reply text on stderr as it arrives (text calls and str captures).",
+)
+@click.option(
+    "--session", metavar="NAME", help="Create or continue the named session in the history store."
+)
+@click.option(
+    "-C", "--continue", "continue_last", is_flag=True, help="Continue the most recent session."
+)
+@click.option(
+    "--fork",
+    metavar="NAME",
+    help="Branch the session into a copy named NAME (the parent is recorded).",
+)
+@click.option(
+    "--no-store", "no_store", is_flag=True, help="Run without recording (also KEDI_HISTORY=off)."
+)
+@click.option(
+    "--resume", metavar="SESSION", help="Continue the session's failed run from its partial."
+)
+@click.option(
+    "--replay", metavar="SESSION", help="Serve every model call from the session's last run."
+)
 @click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
 @click.option("-v", "--verbose", count=True, help="Log tool failures and retries (-vv: debug).")
-@click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).")
-@click.option("--api-key-env", metavar="NAME", help="Read the API key from environment variable NAME (default OPENAI_API_KEY).")
-@click.option("--structured-mode", type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]), help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, the structured_mode setting, auto).")
+@click.option(
+    "--base-url",
+    metavar="URL",
+    help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).",
+)
+@click.option(
+    "--api-key-env",
+    metavar="NAME",
+    help="Read the API key from environment variable NAME (default OPENAI_API_KEY).",
+)
+@click.option(
+    "--structured-mode",
+    type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]),
+    help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, the structured_mode setting, auto).",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -278,7 +348,9 @@ def _run(
                     args=given,
                     adapter=adapter,
                     model=model,
-                    transcript=None if transcript is None else Transcript(transcript, full=transcript_full),
+                    transcript=None
+                    if transcript is None
+                    else Transcript(transcript, full=transcript_full),
                     parallel=workers,
                     quiet=quiet,
                     on_delta=_stderr_text if stream else None,
@@ -310,7 +382,9 @@ def _run(
 @main.command()
 @click.argument("file", required=False)
 @click.option("-c", "--command", "command", metavar="TEXT", help="Parse TEXT instead of a file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the AST as JSON (see docs/ast-json.md).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the AST as JSON (see docs/ast-json.md)."
+)
 def parse(file: str | None, command: str | None, as_json: bool) -> None:
     """Parse a Kedi program (no execution) and report syntax errors."""
     from kedi.syntax import parse as parse_source
@@ -365,7 +439,9 @@ def package_check(directory: str) -> None:
 
 @package.command("pyproject")
 @click.argument("directory", type=click.Path(file_okay=False))
-@click.option("--write", is_flag=True, help="Write DIRECTORY/pyproject.toml instead of printing it.")
+@click.option(
+    "--write", is_flag=True, help="Write DIRECTORY/pyproject.toml instead of printing it."
+)
 def package_pyproject(directory: str, write: bool) -> None:
     """Print (or --write) the pyproject.toml that lets `pip install DIRECTORY` install the package."""
     from kedi.cli_package import load_manifest
@@ -380,8 +456,12 @@ def package_pyproject(directory: str, write: bool) -> None:
     text = pyproject_toml(manifest)
     if write:
         target = Path(directory) / "pyproject.toml"
-        if target.exists() and not target.read_text(encoding="utf-8", errors="replace").startswith(GENERATED_MARK):
-            raise click.UsageError(f"{target} exists and was not written by kedi; move it away to regenerate it")
+        if target.exists() and not target.read_text(encoding="utf-8", errors="replace").startswith(
+            GENERATED_MARK
+        ):
+            raise click.UsageError(
+                f"{target} exists and was not written by kedi; move it away to regenerate it"
+            )
         target.write_text(text, encoding="utf-8")
         click.echo(f"Wrote {target}")
     else:
@@ -390,7 +470,12 @@ def package_pyproject(directory: str, write: bool) -> None:
 
 @main.command("test")
 @click.argument("targets", nargs=-1, required=True)
-@click.option("-k", "keyword", metavar="EXPR", help="Run only cases whose FILE::PROCEDURE::CASE matches EXPR (words, and/or/not).")
+@click.option(
+    "-k",
+    "keyword",
+    metavar="EXPR",
+    help="Run only cases whose FILE::PROCEDURE::CASE matches EXPR (words, and/or/not).",
+)
 @click.option("--model", "model", help="Model for the cases (default: offline, deterministic).")
 def test_command(targets: tuple[str, ...], keyword: str | None, model: str | None) -> None:
     """Run the @test: suites of FILE or of every .kedi file under DIR."""
@@ -405,9 +490,23 @@ def test_command(targets: tuple[str, ...], keyword: str | None, model: str | Non
 
 @main.command("eval")
 @click.argument("file")
-@click.option("--model", "model", envvar="KEDI_MODEL", help="Model for the procedure (default: offline).")
-@click.option("--parallel", "parallel", type=click.IntRange(min=1), default=1, show_default=True, help="Rows scored at once.")
-@click.option("--out", "out", type=click.Path(dir_okay=False), help="Write one JSON line per scored row to PATH.")
+@click.option(
+    "--model", "model", envvar="KEDI_MODEL", help="Model for the procedure (default: offline)."
+)
+@click.option(
+    "--parallel",
+    "parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Rows scored at once.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    help="Write one JSON line per scored row to PATH.",
+)
 def eval_command(file: str, model: str | None, parallel: int, out: str | None) -> None:
     """Score the @eval: suites of FILE over their datasets and print a table."""
     from kedi.cli_suites import run_evals
@@ -437,12 +536,28 @@ def expand(file: str) -> None:
 
 
 @main.command()
-@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter (offline, script, openai, pydantic, langchain).")
-@click.option("--model", "model", envvar="KEDI_MODEL", help="Model (e.g. offline, openai:gpt-4o-mini).")
-@click.option("--system", "system", metavar="TEXT", help="Instructions sent first in every request.")
-@click.option("--max-messages", type=click.IntRange(min=1), default=20, show_default=True, help="History kept (whole turns).")
+@click.option(
+    "--adapter",
+    envvar="KEDI_ADAPTER",
+    help="Adapter (offline, script, openai, pydantic, langchain).",
+)
+@click.option(
+    "--model", "model", envvar="KEDI_MODEL", help="Model (e.g. offline, openai:gpt-4o-mini)."
+)
+@click.option(
+    "--system", "system", metavar="TEXT", help="Instructions sent first in every request."
+)
+@click.option(
+    "--max-messages",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="History kept (whole turns).",
+)
 @click.option("--quiet", is_flag=True, help="Hide notices (never replies or errors).")
-def chat(adapter: str | None, model: str | None, system: str | None, max_messages: int, quiet: bool) -> None:
+def chat(
+    adapter: str | None, model: str | None, system: str | None, max_messages: int, quiet: bool
+) -> None:
     """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
     from kedi.cli_chat import chat_loop
 
@@ -490,7 +605,11 @@ def history() -> None:
 @main.command("serve-local")
 @click.option("--port", type=int, default=8765, show_default=True, help="Port on 127.0.0.1.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--model-path", metavar="GGUF", help="GGUF model file (default: the model kedi[local] installs).")
+@click.option(
+    "--model-path",
+    metavar="GGUF",
+    help="GGUF model file (default: the model kedi[local] installs).",
+)
 def serve_local(port: int, host: str, model_path: str | None) -> None:
     """Serve the local model over an OpenAI-compatible API (llama.cpp), until interrupted."""
     from kedi.cli_local import serve_local as serve
@@ -502,7 +621,8 @@ def serve_local(port: int, host: str, model_path: str | None) -> None:
 
 
 @main.command(
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
 )
 @click.pass_context
 def batch(ctx: click.Context) -> None:

@@ -44,34 +44,86 @@ def batch() -> None:
 @batch.command("run")
 @click.argument("program", type=click.Path(dir_okay=False))
 @click.argument("inputs")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="RESULTS: JSONL, one line per row in input order.")
-@click.option("--parallel", default=8, show_default=True, type=click.IntRange(1), help="Rows in flight at once.")
-@click.option("--job", help="Job name in the ledger (default: from the program's and inputs' fingerprint).")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="RESULTS: JSONL, one line per row in input order.",
+)
+@click.option(
+    "--parallel",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Rows in flight at once.",
+)
+@click.option(
+    "--job", help="Job name in the ledger (default: from the program's and inputs' fingerprint)."
+)
 @click.option("--id-field", help="The row field that keys each row (default: the row number).")
-@click.option("--format", "input_format", type=click.Choice(["jsonl", "csv"]), help="INPUTS format (default: from the suffix; stdin is JSONL).")
-@click.option("--rpm", type=click.FloatRange(min=0, min_open=True), help="Requests per minute for the whole job.")
-@click.option("--tpm", type=click.FloatRange(min=0, min_open=True), help="Tokens per minute for the whole job.")
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(["jsonl", "csv"]),
+    help="INPUTS format (default: from the suffix; stdin is JSONL).",
+)
+@click.option(
+    "--rpm",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Requests per minute for the whole job.",
+)
+@click.option(
+    "--tpm",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Tokens per minute for the whole job.",
+)
 @click.option("--max-errors", type=click.IntRange(1), help="Stop after N failed rows.")
-@click.option("--retry-errors", is_flag=True, help="Re-run rows that failed in an earlier run of the job.")
-@click.option("--force", is_flag=True, help="Continue a job whose program or inputs changed (finished rows are kept).")
+@click.option(
+    "--retry-errors", is_flag=True, help="Re-run rows that failed in an earlier run of the job."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Continue a job whose program or inputs changed (finished rows are kept).",
+)
 @click.option("--adapter", envvar="KEDI_ADAPTER", help="Default adapter, as for `kedi run`.")
 @click.option("--model", envvar="KEDI_MODEL", help="Default model, as for `kedi run`.")
 @click.option("--base-url", help="Endpoint of the openai adapter (default: OPENAI_BASE_URL).")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Run rows in this process or on Ray actors (kedi[ray]).")
-@click.option("--address", default="local", show_default=True, help="Ray cluster: auto, local, or HOST:PORT.")
-@click.option("--actors", type=click.IntRange(1), default=2, show_default=True, help="Ray actors (each runs --parallel/actors rows at once).")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Run rows in this process or on Ray actors (kedi[ray]).",
+)
+@click.option(
+    "--address", default="local", show_default=True, help="Ray cluster: auto, local, or HOST:PORT."
+)
+@click.option(
+    "--actors",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Ray actors (each runs --parallel/actors rows at once).",
+)
 @click.option("--quiet", is_flag=True, help="No progress display.")
 def run(program: str, inputs: str, out: str, input_format: str | None, **options: Any) -> None:
     """Run PROGRAM once per row of INPUTS (JSONL or CSV, `-` for stdin)."""
     from kedi.batch.command import BatchCommand
 
     try:
-        command = BatchCommand.prepare(program, inputs, Path(out), input_format=input_format, **options)
+        command = BatchCommand.prepare(
+            program, inputs, Path(out), input_format=input_format, **options
+        )
         summary = command.execute()
     except KediError as error:
         _fail(error)
     except KeyboardInterrupt:
-        click.echo("interrupted: finished rows are recorded; run the same command again to resume", err=True)
+        click.echo(
+            "interrupted: finished rows are recorded; run the same command again to resume",
+            err=True,
+        )
         sys.exit(130)
     counts = summary.counts
     click.echo(
@@ -98,8 +150,12 @@ def status(job: str) -> None:
     if info is None:
         click.echo(f"no batch job named {job!r} (kedi batch ls lists them)", err=True)
         sys.exit(1)
-    click.echo(f"job {info.name}: {info.succeeded + info.failed} rows finished ({info.succeeded} ok, {info.failed} failed)")
-    click.echo(f"program {info.program} ({info.program_digest[:12]}), inputs {info.inputs} ({info.inputs_digest[:12]})")
+    click.echo(
+        f"job {info.name}: {info.succeeded + info.failed} rows finished ({info.succeeded} ok, {info.failed} failed)"
+    )
+    click.echo(
+        f"program {info.program} ({info.program_digest[:12]}), inputs {info.inputs} ({info.inputs_digest[:12]})"
+    )
 
 
 @batch.command("ls")
@@ -112,12 +168,19 @@ def list_jobs() -> None:
     except KediError as error:
         _fail(error)
     for info in jobs:
-        click.echo(f"{info.name}\t{info.succeeded} ok\t{info.failed} failed\t{info.program}\t{info.inputs}")
+        click.echo(
+            f"{info.name}\t{info.succeeded} ok\t{info.failed} failed\t{info.program}\t{info.inputs}"
+        )
 
 
 @batch.command()
 @click.argument("job")
-@click.option("--out", "out", type=click.Path(dir_okay=False), help="Write to FILE (atomically) instead of stdout.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    help="Write to FILE (atomically) instead of stdout.",
+)
 def export(job: str, out: str | None) -> None:
     """Rebuild a job's RESULTS from the ledger (input order)."""
     import json

@@ -86,7 +86,9 @@ def chat_loop(
                 notice(f"unknown command {text!r}; {HELP}")
             continue
         try:
-            reply = program.run_sync(args={"message": text}, conversation=conversation, **run_options)
+            reply = program.run_sync(
+                args={"message": text}, conversation=conversation, **run_options
+            )
         except KediError as error:
             notice(error.render())
             continue
@@ -121,14 +123,22 @@ def _store_session(conversation: Conversation, name: str) -> str:
         run_no = store.begin_run(session.id, program="kedi chat")
         for key, lane in conversation.lanes.items():
             data = dump_lane_messages(key, lane.messages)
-            turns: list[list[Any]] = []  # a native lane (Pydantic AI, LangChain) is stored as one turn
+            turns: list[
+                list[Any]
+            ] = []  # a native lane (Pydantic AI, LangChain) is stored as one turn
             for message in data:
                 if not turns or (key.format == PORTABLE and message.get("role") == "user"):
                     turns.append([])
                 turns[-1].append(message)
             for messages in turns:
                 store.commit_turn(
-                    TurnRecord(session_id=session.id, lane=key, messages=messages, run_no=run_no, epoch=lane.epoch)
+                    TurnRecord(
+                        session_id=session.id,
+                        lane=key,
+                        messages=messages,
+                        run_no=run_no,
+                        epoch=lane.epoch,
+                    )
                 )
         store.finish_run(session.id, run_no, "ok")
     finally:

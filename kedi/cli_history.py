@@ -52,16 +52,28 @@ class SessionOptions:
 
     def check(self) -> None:
         """Refuse combinations that mean nothing."""
-        sources = [name for name, given in (("--session", self.session), ("--continue", self.continue_last),
-                                            ("--resume", self.resume), ("--replay", self.replay)) if given]
+        sources = [
+            name
+            for name, given in (
+                ("--session", self.session),
+                ("--continue", self.continue_last),
+                ("--resume", self.resume),
+                ("--replay", self.replay),
+            )
+            if given
+        ]
         if len(sources) > 1:
             raise click.UsageError(f"give one of {', '.join(sources)}, not several")
         if self.fork and not (self.session or self.continue_last):
-            raise click.UsageError("--fork NAME branches a session: add --session SOURCE or --continue")
+            raise click.UsageError(
+                "--fork NAME branches a session: add --session SOURCE or --continue"
+            )
         if self.record and not self.replay:
             raise click.UsageError("--record re-records a session: use it with --replay SESSION")
         if self.no_store and (sources or self.fork):
-            raise click.UsageError(f"--no-store cannot be combined with {(sources or ['--fork'])[0]}")
+            raise click.UsageError(
+                f"--no-store cannot be combined with {(sources or ['--fork'])[0]}"
+            )
 
 
 @dataclass
@@ -81,7 +93,12 @@ class RunSession:
             return ""
         status = "ok"
         failure = None
-        if error is None and self.session.name is None and self.session.turns == 0 and recorder.sent == 0:
+        if (
+            error is None
+            and self.session.name is None
+            and self.session.turns == 0
+            and recorder.sent == 0
+        ):
             # an unnamed run that called no model leaves nothing worth listing
             store.delete_session(self.session.id)
             store.close()
@@ -95,7 +112,10 @@ class RunSession:
             store.finish_run(self.session.id, recorder.run_no, status, failure=failure)
             if recorder.model_label and recorder.model_label != self.session.model:
                 with store.transaction() as tx:
-                    tx.execute("UPDATE sessions SET model = ? WHERE id = ?", (recorder.model_label, self.session.id))
+                    tx.execute(
+                        "UPDATE sessions SET model = ? WHERE id = ?",
+                        (recorder.model_label, self.session.id),
+                    )
         finally:
             store.close()
         if error is None:
@@ -122,7 +142,9 @@ def _origin_of(error: BaseException) -> str:
     return found.group(1) if found else ""
 
 
-def run_session(options: SessionOptions, program: Program, program_label: str, model: str | None) -> tuple[RunSession | None, Any]:
+def run_session(
+    options: SessionOptions, program: Program, program_label: str, model: str | None
+) -> tuple[RunSession | None, Any]:
     """Open the store and the session a run uses; return it and the conversation to run in.
 
     Returns `(None, None)` when nothing is stored (`--no-store`, `KEDI_HISTORY=off`).
@@ -131,19 +153,25 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
     from kedi.runtime.sessions import SessionRecorder
 
     options.check()
-    asked = bool(options.session or options.continue_last or options.resume or options.replay or options.fork)
+    asked = bool(
+        options.session or options.continue_last or options.resume or options.replay or options.fork
+    )
     try:
         store = None if options.no_store else open_store()
     except KediError as error:
         if asked:
             raise
         # plain runs are recorded as a convenience: an unusable store must not stop the program
-        click.echo(f"kedi: not recording this run: {error} (KEDI_HISTORY=off silences this)", err=True)
+        click.echo(
+            f"kedi: not recording this run: {error} (KEDI_HISTORY=off silences this)", err=True
+        )
         return None, None
     if store is None:
         if options.session or options.continue_last or options.resume or options.replay:
-            raise KediUsageError(f"the history store is off (KEDI_HISTORY={describe_location()}); "
-                                 "session options need it")
+            raise KediUsageError(
+                f"the history store is off (KEDI_HISTORY={describe_location()}); "
+                "session options need it"
+            )
         return None, None
     try:
         if options.replay or options.resume:
@@ -165,11 +193,19 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
                 store.reopen_run(session.id, last.run_no)
                 recorder = SessionRecorder(store, session.id, last.run_no)
             elif options.replay:
-                recorder = SessionRecorder(store, session.id, last.run_no, mode="replay", record=False, recorded=recorded)
+                recorder = SessionRecorder(
+                    store, session.id, last.run_no, mode="replay", record=False, recorded=recorded
+                )
             else:
                 store.reopen_run(session.id, last.run_no)
-                recorder = SessionRecorder(store, session.id, last.run_no, mode="resume", recorded=recorded,
-                                           failure=last.failure)
+                recorder = SessionRecorder(
+                    store,
+                    session.id,
+                    last.run_no,
+                    mode="resume",
+                    recorded=recorded,
+                    failure=last.failure,
+                )
             return RunSession(store, session, recorder, program_label), conversation
         if options.continue_last:
             found = store.latest_session()
@@ -187,7 +223,9 @@ def run_session(options: SessionOptions, program: Program, program_label: str, m
             session = store.fork_session(session.id, name=options.fork)
         conversation = store.load_conversation(session.id)
         run_no = store.begin_run(session.id, program=program_label)
-        return RunSession(store, session, SessionRecorder(store, session.id, run_no), program_label), conversation
+        return RunSession(
+            store, session, SessionRecorder(store, session.id, run_no), program_label
+        ), conversation
     except BaseException:
         store.close()
         raise
@@ -232,6 +270,7 @@ def history() -> None:
 
 def _guard(function: Any) -> Any:
     """Render a `KediError` as kedi does (exit 1), never a traceback."""
+
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -259,14 +298,23 @@ def list_sessions(as_json: bool, limit: int | None) -> None:
     for column in ("id", "name", "program", "model", "turns", "status", "last used"):
         table.add_column(column, justify="right" if column == "turns" else "left")
     for session in sessions:
-        table.add_row(session.id, session.name or "", session.program, session.model, str(session.turns),
-                      session.status, _when(session.updated))
+        table.add_row(
+            session.id,
+            session.name or "",
+            session.program,
+            session.model,
+            str(session.turns),
+            session.status,
+            _when(session.updated),
+        )
     _console().print(table)
 
 
 @history.command("show")
 @click.argument("session")
-@click.option("--lane", "lane_filter", metavar="KEY", help="Only turns of lanes whose label contains KEY.")
+@click.option(
+    "--lane", "lane_filter", metavar="KEY", help="Only turns of lanes whose label contains KEY."
+)
 @click.option("--json", "as_json", is_flag=True, help="The turns as JSON.")
 @_guard
 def show(session: str, lane_filter: str | None, as_json: bool) -> None:
@@ -281,25 +329,42 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
             _show_text(info, runs, store.turn_summaries(info.id), lane_filter)
 
 
-def _show_json(info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], lane_filter: str | None) -> None:
+def _show_json(
+    info: SessionInfo, runs: list[RunInfo], turns: list[TurnRecord], lane_filter: str | None
+) -> None:
     if lane_filter:
         from kedi.history.lanes import LaneKey
 
         label = functools.cache(LaneKey.label)  # a session names a handful of lanes
         turns = [turn for turn in turns if lane_filter in label(turn.lane)]
-    click.echo(json.dumps({"session": asdict(info), "runs": [asdict(run) for run in runs],
-                           "turns": [_turn_json(turn) for turn in turns]}, ensure_ascii=False))
+    click.echo(
+        json.dumps(
+            {
+                "session": asdict(info),
+                "runs": [asdict(run) for run in runs],
+                "turns": [_turn_json(turn) for turn in turns],
+            },
+            ensure_ascii=False,
+        )
+    )
 
 
-def _show_text(info: SessionInfo, runs: list[RunInfo], batches: Iterable[list[TurnSummary]], lane_filter: str | None) -> None:
+def _show_text(
+    info: SessionInfo,
+    runs: list[RunInfo],
+    batches: Iterable[list[TurnSummary]],
+    lane_filter: str | None,
+) -> None:
     # click.style, not rich markup: a 10,000-turn session prints in a fraction of a second
     # (rich parsed every line's markup: 9 s); piped output is not styled at all.
     style = click.style if _colored() else _unstyled
     bold_role = functools.cache(functools.partial(style, bold=True))
-    _echo([
-        f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
-        f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
-    ])
+    _echo(
+        [
+            f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
+            f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
+        ]
+    )
     for batch in batches:
         out: list[str] = []
         for turn in batch:
@@ -314,14 +379,21 @@ def _show_text(info: SessionInfo, runs: list[RunInfo], batches: Iterable[list[Tu
             for message in turn.messages:
                 _message_lines(message, out, style, bold_role)
             if isinstance(turn.value, dict):
-                captures = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in turn.value.items())
+                captures = ", ".join(
+                    f"{name}={json.dumps(value, ensure_ascii=False)}"
+                    for name, value in turn.value.items()
+                )
                 out.append(f"  {style('captures', fg='green')} {captures}")
         _echo(out)
-    _echo([
-        "\n" + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-        + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
-        for run in runs if run.failure
-    ])
+    _echo(
+        [
+            "\n"
+            + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+            + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+            for run in runs
+            if run.failure
+        ]
+    )
 
 
 def _echo(lines: list[str]) -> None:
@@ -344,7 +416,9 @@ def _unstyled(text: str, **_: Any) -> str:
     return text
 
 
-def _message_lines(message: Any, out: list[str], style: Callable[..., str], role_style: Callable[[str], str]) -> None:
+def _message_lines(
+    message: Any, out: list[str], style: Callable[..., str], role_style: Callable[[str], str]
+) -> None:
     """Append one message as indented lines to `out`: `role: content`, then each tool call as `→ name(args)`."""
     if not isinstance(message, dict) or "role" not in message:  # a native lane's own serialization
         out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
@@ -353,7 +427,11 @@ def _message_lines(message: Any, out: list[str], style: Callable[..., str], role
     text = str(message.get("content", ""))
     out.append(f"  {role_style(role)}: {text}" if text else f"  {role_style(role)}:")
     for call in message.get("toolCalls", ()):
-        out.append("    " + style(f"→ {call.get('name', '')}", fg="magenta") + f"({json.dumps(call.get('args'), ensure_ascii=False)})")
+        out.append(
+            "    "
+            + style(f"→ {call.get('name', '')}", fg="magenta")
+            + f"({json.dumps(call.get('args'), ensure_ascii=False)})"
+        )
     if role == "tool" and message.get("toolName"):
         out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
 
@@ -376,16 +454,36 @@ def diff(first: str, second: str) -> None:
         left, right = store.turns(a.id), store.turns(b.id)
     for index, (x, y) in enumerate(zip(left, right, strict=False)):
         if (x.lane, x.request, x.messages) != (y.lane, y.request, y.messages):
-            click.echo(f"first divergence at turn {index + 1} ({x.origin or '?'} vs {y.origin or '?'}):")
+            click.echo(
+                f"first divergence at turn {index + 1} ({x.origin or '?'} vs {y.origin or '?'}):"
+            )
             import difflib
 
-            show_a = json.dumps({"lane": x.lane.label(), "request": x.request, "messages": x.messages}, indent=2, sort_keys=True, ensure_ascii=False)
-            show_b = json.dumps({"lane": y.lane.label(), "request": y.request, "messages": y.messages}, indent=2, sort_keys=True, ensure_ascii=False)
-            click.echo("\n".join(difflib.unified_diff(show_a.splitlines(), show_b.splitlines(), a.label, b.label, lineterm="")))
+            show_a = json.dumps(
+                {"lane": x.lane.label(), "request": x.request, "messages": x.messages},
+                indent=2,
+                sort_keys=True,
+                ensure_ascii=False,
+            )
+            show_b = json.dumps(
+                {"lane": y.lane.label(), "request": y.request, "messages": y.messages},
+                indent=2,
+                sort_keys=True,
+                ensure_ascii=False,
+            )
+            click.echo(
+                "\n".join(
+                    difflib.unified_diff(
+                        show_a.splitlines(), show_b.splitlines(), a.label, b.label, lineterm=""
+                    )
+                )
+            )
             sys.exit(1)
     if len(left) != len(right):
         longer, n = (a, len(left)) if len(left) > len(right) else (b, len(right))
-        click.echo(f"the first {min(len(left), len(right))} turns agree; {longer.label} goes on to turn {n}")
+        click.echo(
+            f"the first {min(len(left), len(right))} turns agree; {longer.label} goes on to turn {n}"
+        )
         sys.exit(1)
     click.echo(f"no divergence: both have the same {len(left)} turns")
 
@@ -407,21 +505,30 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @history.command("gc")
-@click.option("--older-than", "older_than", required=True, metavar="AGE", help="Like 30d, 12h, 90m, 2w.")
+@click.option(
+    "--older-than", "older_than", required=True, metavar="AGE", help="Like 30d, 12h, 90m, 2w."
+)
 @_guard
 def collect(older_than: str) -> None:
     """Remove sessions not used for AGE."""
     match = _DURATION.match(older_than)
     if match is None:
-        raise click.BadParameter(f"{older_than!r}: give a number and a unit s/m/h/d/w, e.g. 30d", param_hint="--older-than")
+        raise click.BadParameter(
+            f"{older_than!r}: give a number and a unit s/m/h/d/w, e.g. 30d",
+            param_hint="--older-than",
+        )
     with _opened() as store:
         removed = store.gc(float(match.group(1)) * _UNIT[match.group(2)])
-    click.echo(f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} unused for {older_than}")
+    click.echo(
+        f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} unused for {older_than}"
+    )
 
 
 @history.command("export")
 @click.argument("session")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to PATH instead of stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to PATH instead of stdout."
+)
 @_guard
 def export(session: str, output: str | None) -> None:
     """A session as portable JSON (runs and turns; no secrets)."""
@@ -455,7 +562,9 @@ def import_(file: str, name: str | None) -> None:
     click.echo(report)
 
 
-@history.command("explain", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@history.command(
+    "explain", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+)
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
 @click.pass_context

@@ -44,7 +44,12 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
         if not isinstance(item, dict):
             raise StoreError(f"{where}: expected an object")
         try:
-            key = LaneKey(**{field: str(item["lane"][field]) for field in ("adapter", "model", "settings", "mcp", "tools", "format")})
+            key = LaneKey(
+                **{
+                    field: str(item["lane"][field])
+                    for field in ("adapter", "model", "settings", "mcp", "tools", "format")
+                }
+            )
             messages = item["messages"]
             if not isinstance(messages, list):
                 raise TypeError("messages must be a list")
@@ -58,11 +63,18 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
                 load_lane_messages(key, messages, (), where)
             records.append(
                 TurnRecord(
-                    session_id="", lane=key, messages=messages, run_no=int(item.get("run_no", 1)),
-                    history=bool(item.get("history", True)), epoch=int(item.get("epoch", 0)),
-                    rewritten=item.get("rewritten"), run_id=str(item.get("run_id", "")),
-                    origin=str(item.get("origin", "")), request=dict(item.get("request") or {}),
-                    value=item.get("value"), usage=dict(item.get("usage") or {}),
+                    session_id="",
+                    lane=key,
+                    messages=messages,
+                    run_no=int(item.get("run_no", 1)),
+                    history=bool(item.get("history", True)),
+                    epoch=int(item.get("epoch", 0)),
+                    rewritten=item.get("rewritten"),
+                    run_id=str(item.get("run_id", "")),
+                    origin=str(item.get("origin", "")),
+                    request=dict(item.get("request") or {}),
+                    value=item.get("value"),
+                    usage=dict(item.get("usage") or {}),
                     exchanges=list(item.get("exchanges") or []),
                 )
             )
@@ -73,13 +85,19 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
         if name:
             raise StoreError(f"a session named {name!r} already exists")
         wanted = None
-    created = store.create_session(name=wanted, program=str(session.get("program", "")), model=str(session.get("model", "")),
-                                   parent=None)
+    created = store.create_session(
+        name=wanted,
+        program=str(session.get("program", "")),
+        model=str(session.get("model", "")),
+        parent=None,
+    )
     run_numbers = sorted({record.run_no for record in records}) or [1]
     with store.transaction() as tx:
         for run_no in run_numbers:
-            tx.execute("INSERT INTO runs (session_id, run_no, program, started, finished, status) VALUES (?, ?, ?, ?, ?, 'ok')",
-                       (created.id, run_no, created.program, created.created, created.created))
+            tx.execute(
+                "INSERT INTO runs (session_id, run_no, program, started, finished, status) VALUES (?, ?, ?, ?, ?, 'ok')",
+                (created.id, run_no, created.program, created.created, created.created),
+            )
         for record in records:
             from dataclasses import replace
 
@@ -121,7 +139,8 @@ def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | N
                 f"next call: {request.origin}",
                 f"lane: {key.label()} ({len(request.history)} messages in history, cache epoch {request.cache_epoch})",
                 f"history processor: {getattr(processor, '__qualname__', repr(processor)) if processor else 'none'}",
-                "instructions:" + (f"\n  {request.instructions}" if request.instructions else " (none)"),
+                "instructions:"
+                + (f"\n  {request.instructions}" if request.instructions else " (none)"),
                 f"messages ({note}):",
                 *(f"  {json.dumps(message, ensure_ascii=False)}" for message in messages),
                 "output schema: " + json.dumps(rendered["output_schema"], ensure_ascii=False),
@@ -157,7 +176,10 @@ async def _request_messages(adapter: Any, key: LaneKey, request: Any) -> tuple[l
 
     if key.format != PORTABLE:
         history = dump_lane_messages(key, request.history, [adapter])
-        return [*history, {"role": "user", "content": request.prompt}], f"{key.format} lane, before processors"
+        return [
+            *history,
+            {"role": "user", "content": request.prompt},
+        ], f"{key.format} lane, before processors"
     history = list(request.history)
     if request.history_processor is not None:
         outcome = await run_history_processor(
@@ -171,7 +193,11 @@ async def _request_messages(adapter: Any, key: LaneKey, request: Any) -> tuple[l
         )
         history = list(outcome.messages)[:-1]
     built = build_request_messages(
-        request.instructions, history, request.prompt, run_id=request.run_id, conversation_id=request.conversation_id
+        request.instructions,
+        history,
+        request.prompt,
+        run_id=request.run_id,
+        conversation_id=request.conversation_id,
     )
     return [message.to_json_dict() for message in built], "as sent: after processors and repair"
 

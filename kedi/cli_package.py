@@ -31,16 +31,23 @@ def load_manifest(directory: str) -> tuple[Manifest, Path]:
     package = next((s for s in module.body if isinstance(s, ast.Package)), None)
     if package is None:
         span = file.whole_span()
-        raise KediCheckError([Diagnostic(span, "`package.kedi` holds no `> package: name:` manifest")])
+        raise KediCheckError(
+            [Diagnostic(span, "`package.kedi` holds no `> package: name:` manifest")]
+        )
     manifest = read_manifest(package)
     source = root / manifest.fields.get("source", ".")
     if not (source / "main.kedi").is_file():
         # Point at the `source:` field when there is one, else at `> package:` (source defaults to `.`).
         span = next((entry.span for entry in package.config if entry.key == "source"), package.span)
         raise KediCheckError(
-            [Diagnostic(span, f"the package source `{source}` has no main.kedi",
-                        "set `source:` to the directory holding the package's main.kedi",
-                        source_line=file.line_text(span.line))]
+            [
+                Diagnostic(
+                    span,
+                    f"the package source `{source}` has no main.kedi",
+                    "set `source:` to the directory holding the package's main.kedi",
+                    source_line=file.line_text(span.line),
+                )
+            ]
         )
     return manifest, source
 

@@ -31,9 +31,14 @@ def suite_files(target: str) -> Iterator[Path]:
     A file that cannot be read is yielded too, so that running it reports why.
     """
     path = Path(target)
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*.kedi")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(
+            p
+            for p in path.rglob("*.kedi")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
     )
     for file in files:
         try:
@@ -45,7 +50,9 @@ def suite_files(target: str) -> Iterator[Path]:
             yield file
 
 
-def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, echo: Callable[[str], None]) -> int:
+def run_tests(
+    targets: tuple[str, ...], keyword: str | None, model: str | None, echo: Callable[[str], None]
+) -> int:
     """Run the selected cases of every suite under `targets`; return the exit status."""
     from kedi.adapters.resources import run_scope
     from kedi.runtime.program import compile_program
@@ -59,7 +66,11 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
         nonlocal passed, failed, errors, deselected
         program = compile_program(read_source(file), path=str(file))
         every = [(suite, case) for suite in suites_of(program.module) for case in suite.cases]
-        cases = [(suite, case) for suite, case in every if matches(f"{file.name}::{suite.procedure}::{case.name}")]
+        cases = [
+            (suite, case)
+            for suite, case in every
+            if matches(f"{file.name}::{suite.procedure}::{case.name}")
+        ]
         deselected += len(every) - len(cases)
         if not cases:
             return
@@ -76,7 +87,9 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
                     continue
                 failed += 1
                 echo(f"FAILED {result.id}")
-                echo(f"  {result.path}:{result.failure_line}: {runtime.program.source.line_text(result.failure_line).strip()}")
+                echo(
+                    f"  {result.path}:{result.failure_line}: {runtime.program.source.line_text(result.failure_line).strip()}"
+                )
                 echo("\n".join("  " + line for line in result.failure.splitlines()))
 
     for target in targets:
@@ -92,7 +105,11 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
                 echo(str(error))
                 errors += 1
     seconds = time.perf_counter() - started
-    counts = [f"{passed} passed"] + ([f"{failed} failed"] if failed else []) + ([f"{errors} errors"] if errors else [])
+    counts = (
+        [f"{passed} passed"]
+        + ([f"{failed} failed"] if failed else [])
+        + ([f"{errors} errors"] if errors else [])
+    )
     counts += [f"{deselected} deselected by -k"] if deselected else []
     if not (passed or failed or errors or deselected):
         echo(f"no @test: cases found in {', '.join(targets)}")
@@ -100,8 +117,6 @@ def run_tests(targets: tuple[str, ...], keyword: str | None, model: str | None, 
     if failed or errors:
         return 1
     return 0 if passed else NO_TESTS_EXIT
-
-
 
 
 def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> int:
@@ -119,14 +134,18 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
 
     path = Path(file)
     if path.is_dir():
-        raise click.UsageError(f"{file} is a directory; `kedi eval` scores the suites of one .kedi file")
+        raise click.UsageError(
+            f"{file} is a directory; `kedi eval` scores the suites of one .kedi file"
+        )
     if not path.is_file():
         raise click.UsageError(f"file not found: {file}")
     try:
         text = read_source(path)
     except OSError as error:
         raise click.UsageError(str(error)) from None
-    console = Console(highlight=False, markup=False)  # `[name: T]` in Kedi source and data is not markup
+    console = Console(
+        highlight=False, markup=False
+    )  # `[name: T]` in Kedi source and data is not markup
     program = compile_program(text, path=str(path))
     suites = evals_of(program.module)
     if not suites:
@@ -141,13 +160,19 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     setup_errors: list[str] = []
     started = time.perf_counter()
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
     )
 
     async def main() -> None:
         async with run_scope():
-            runtime = await SuiteRuntime.start(program, model=model, parallel=parallel if parallel > 1 else 0)
+            runtime = await SuiteRuntime.start(
+                program, model=model, parallel=parallel if parallel > 1 else 0
+            )
             setup_errors.extend(runtime.setup_errors)
             for problem in runtime.setup_errors:
                 console.print(f"setup error at {problem}", style="yellow")
@@ -160,8 +185,12 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                         progress.advance(task)
 
                     try:
-                        reports.append(await run_eval(runtime, suite, parallel=parallel, on_row=advance))
-                    except EvalDataError as error:  # caught here: the task group would wrap it in a group
+                        reports.append(
+                            await run_eval(runtime, suite, parallel=parallel, on_row=advance)
+                        )
+                    except (
+                        EvalDataError
+                    ) as error:  # caught here: the task group would wrap it in a group
                         aborted.append(error)
                         break
                 group.cancel_scope.cancel()
@@ -190,9 +219,16 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
         with stream:
             for report in reports:
                 for row in report.rows:
-                    stream.write(json.dumps({"suite": report.procedure, "dataset": report.dataset, **row.record()}) + "\n")
+                    stream.write(
+                        json.dumps(
+                            {"suite": report.procedure, "dataset": report.dataset, **row.record()}
+                        )
+                        + "\n"
+                    )
     console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
-    return 1 if setup_errors else 0  # scores never fail the run; a broken top level does, as in `kedi test`
+    return (
+        1 if setup_errors else 0
+    )  # scores never fail the run; a broken top level does, as in `kedi test`
 
 
 async def _show_progress_after(progress: Any, seconds: float) -> None:
@@ -204,12 +240,20 @@ async def _show_progress_after(progress: Any, seconds: float) -> None:
 def _table(report: Any, table_class: Any) -> Any:
     table = table_class(title=f"@eval: {report.procedure}")
     for column in ("#", "input", "expected", "score", "feedback", "tokens", "time"):
-        table.add_column(column, justify="right" if column in ("#", "score", "tokens", "time") else "left")
+        table.add_column(
+            column, justify="right" if column in ("#", "score", "tokens", "time") else "left"
+        )
     for row in report.rows:
         style = "red" if row.failed else None
         table.add_row(
-            str(row.index), _short(row.input), _short(row.expected), f"{row.score:.3f}", row.feedback or "",
-            str(row.tokens), f"{row.seconds * 1000:.0f} ms", style=style,
+            str(row.index),
+            _short(row.input),
+            _short(row.expected),
+            f"{row.score:.3f}",
+            row.feedback or "",
+            str(row.tokens),
+            f"{row.seconds * 1000:.0f} ms",
+            style=style,
         )
     return table
 

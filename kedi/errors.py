@@ -383,7 +383,9 @@ class AdapterError(KediError):
         return (_rebuild_adapter_error, (type(self), self.message, self.__dict__.copy()))
 
 
-def _rebuild_adapter_error(cls: type[AdapterError], message: str, state: dict[str, Any]) -> AdapterError:
+def _rebuild_adapter_error(
+    cls: type[AdapterError], message: str, state: dict[str, Any]
+) -> AdapterError:
     error = cls.__new__(cls)
     Exception.__init__(error, message)
     error.__dict__.update(state)
@@ -416,8 +418,13 @@ class StopRun(AdapterError):
     tool's text.
     """
 
-    def __init__(self, reason: str = "", *, partial: Any = None, message: str | None = None) -> None:
-        super().__init__(message if message is not None else (reason or "a tool stopped the run"), partial=partial)
+    def __init__(
+        self, reason: str = "", *, partial: Any = None, message: str | None = None
+    ) -> None:
+        super().__init__(
+            message if message is not None else (reason or "a tool stopped the run"),
+            partial=partial,
+        )
         self.reason = reason
 
 

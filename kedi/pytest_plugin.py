@@ -19,11 +19,15 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kedi")
-    group.addoption("--kedi-model", default=None, help="model for .kedi @test: cases (default: offline)")
+    group.addoption(
+        "--kedi-model", default=None, help="model for .kedi @test: cases (default: offline)"
+    )
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> KediFile | None:
-    if file_path.suffix == ".kedi" and "@test:" in file_path.read_text(encoding="utf-8", errors="replace"):
+    if file_path.suffix == ".kedi" and "@test:" in file_path.read_text(
+        encoding="utf-8", errors="replace"
+    ):
         return KediFile.from_parent(parent, path=file_path)
     return None
 
@@ -47,7 +51,9 @@ class KediFile(pytest.File):
         self.setup_reported = False
         for suite in suites_of(self.program.module):
             for case in suite.cases:
-                yield KediCase.from_parent(self, name=f"{suite.procedure}::{case.name}", suite=suite, case=case)
+                yield KediCase.from_parent(
+                    self, name=f"{suite.procedure}::{case.name}", suite=suite, case=case
+                )
 
     def runtime_for(self, model: str | None) -> Any:
         import anyio
@@ -55,7 +61,9 @@ class KediFile(pytest.File):
         from kedi.runtime.suites import SuiteRuntime
 
         if self.runtime is None:
-            self.runtime = anyio.run(lambda: SuiteRuntime.start(self.program, model=model), backend="asyncio")
+            self.runtime = anyio.run(
+                lambda: SuiteRuntime.start(self.program, model=model), backend="asyncio"
+            )
         return self.runtime
 
 
@@ -82,7 +90,10 @@ class KediCase(pytest.Item):
         runtime = parent.runtime_for(self.config.getoption("--kedi-model"))
         if runtime.setup_errors and not parent.setup_reported:
             parent.setup_reported = True
-            pytest.fail("\n".join(f"{self.path}: setup error at {p}" for p in runtime.setup_errors), pytrace=False)
+            pytest.fail(
+                "\n".join(f"{self.path}: setup error at {p}" for p in runtime.setup_errors),
+                pytrace=False,
+            )
 
     def runtest(self) -> None:
         import anyio

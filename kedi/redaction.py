@@ -48,7 +48,9 @@ _SECRET_KEY = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]+")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
-_TOKEN_SHAPED = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})")
+_TOKEN_SHAPED = re.compile(
+    r"\b(sk-[A-Za-z0-9_\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})"
+)
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
 _MIN_ENV_SECRET = 8
 """Environment values shorter than this are not treated as secrets (flags, small numbers)."""
@@ -118,7 +120,9 @@ def _spellings(secrets: frozenset[str]) -> tuple[str, ...]:
 def _known_spellings(secrets: Iterable[str]) -> tuple[str, ...]:
     """The spellings of every secret known now: remembered, in the environment, and `secrets`."""
     environment = (
-        value for name, value in os.environ.items() if len(value) >= _MIN_ENV_SECRET and _SECRET_ENV.search(name.upper())
+        value
+        for name, value in os.environ.items()
+        if len(value) >= _MIN_ENV_SECRET and _SECRET_ENV.search(name.upper())
     )
     with _known_lock:
         known = frozenset((*_known, *environment, *secrets))
@@ -155,7 +159,10 @@ def redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], Any]:
 
 def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:
     if isinstance(value, Mapping):
-        return {key: _redact(item, spellings, under_secret=is_secret_key(key)) for key, item in value.items()}
+        return {
+            key: _redact(item, spellings, under_secret=is_secret_key(key))
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         items = [_redact(item, spellings, under_secret=under_secret) for item in value]
         return items if isinstance(value, list) else tuple(items)

@@ -83,7 +83,14 @@ CLAUDE_SETTINGS = frozenset(
     }
 )
 
-SETTING_NAMES = COMMON_SETTINGS | KEDI_SETTINGS | LLAMA_CPP_SETTINGS | DSPY_SETTINGS | CODEX_SETTINGS | CLAUDE_SETTINGS
+SETTING_NAMES = (
+    COMMON_SETTINGS
+    | KEDI_SETTINGS
+    | LLAMA_CPP_SETTINGS
+    | DSPY_SETTINGS
+    | CODEX_SETTINGS
+    | CLAUDE_SETTINGS
+)
 """Every key `> settings:` accepts: the union over all adapters.
 
 A key that a given backend does not use is filtered out at the adapter

@@ -12,7 +12,9 @@ from kedi.adapters import capability_cache
 
 
 @pytest.fixture(autouse=True)
-def _private_capability_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def _private_capability_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """Each test negotiates structured modes afresh, in a cache of its own (never the user's)."""
     folder = tmp_path_factory.mktemp("kedi-cache")
     monkeypatch.setenv("KEDI_CACHE_DIR", str(folder))
@@ -24,7 +26,9 @@ def _private_capability_cache(tmp_path_factory: pytest.TempPathFactory, monkeypa
 
 
 @pytest.fixture(autouse=True)
-def _private_history_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _private_history_store(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     path = tmp_path_factory.mktemp("kedi-history") / "history.db"
     monkeypatch.setenv("KEDI_HISTORY", str(path))
     return path
@@ -35,6 +39,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """With KEDI_REQUIRE_ALL=1 (set by .ci/run) a skipped test fails: in CI every service is up."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("KEDI_REQUIRE_ALL") == "1":
+    if (
+        report.skipped
+        and not hasattr(report, "wasxfail")
+        and os.environ.get("KEDI_REQUIRE_ALL") == "1"
+    ):
         report.outcome = "failed"
         report.longrepr = f"skipped, but KEDI_REQUIRE_ALL=1 (CI) forbids skips: {report.longrepr}"

@@ -10,22 +10,30 @@ from kedi.cli import main
 from kedi.runtime.transcripts import expand_records, read_transcript
 from tests.adapters.openai_server import OpenAIServer, Reply, completion
 
-PROGRAM = "> history: enabled\n>> Name a colour: [colour].\n[why] << Why that one?\n= <colour> / <why>\n"
+PROGRAM = (
+    "> history: enabled\n>> Name a colour: [colour].\n[why] << Why that one?\n= <colour> / <why>\n"
+)
 
 
 def run(tmp_path: Path, *options: str, env: dict[str, str] | None = None):
     path = tmp_path / "flow.kedi"
     path.write_text(PROGRAM, encoding="utf-8")
     transcript = tmp_path / "t.jsonl"
-    result = CliRunner().invoke(main, ["run", str(path), "--transcript", str(transcript), *options], env=env)
+    result = CliRunner().invoke(
+        main, ["run", str(path), "--transcript", str(transcript), *options], env=env
+    )
     # Linear records (references to earlier ones) expanded back to every message sent.
-    records = list(expand_records(read_transcript(transcript).records)) if transcript.exists() else []
+    records = (
+        list(expand_records(read_transcript(transcript).records)) if transcript.exists() else []
+    )
     return result, records
 
 
 def test_openai_adapter_from_the_cli_keeps_history(tmp_path: Path) -> None:
     with OpenAIServer() as server:
-        server.add(Reply(body=completion('{"colour":"teal"}')), Reply(body=completion("It is calm.")))
+        server.add(
+            Reply(body=completion('{"colour":"teal"}')), Reply(body=completion("It is calm."))
+        )
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-secret-test"}
         result, records = run(tmp_path, "--adapter", "openai", "--model", "gpt-test", env=env)
         assert result.exit_code == 0, result.output

@@ -48,9 +48,13 @@ class Recording(BaseChatModel):
     def _llm_type(self) -> str:
         return "recording"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         self.seen.append(list(messages))
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(f"reply {len(self.seen)}"))])
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage(f"reply {len(self.seen)}"))]
+        )
 
 
 def pydantic_prompts(messages: list[ModelMessage]) -> list[str]:
@@ -75,11 +79,15 @@ def test_the_documented_names_import_and_the_context_is_generic() -> None:
 
 def test_importing_kedi_and_agent_adapter_loads_no_framework() -> None:
     code = "import sys, kedi, kedi.agent_adapter, kedi.adapters; print(sorted(m for m in ('pydantic_ai', 'langchain_core') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
-def test_keep_recent_cycles_on_pydantic_ai_sends_protected_groups_and_the_last_four_cycles() -> None:
+def test_keep_recent_cycles_on_pydantic_ai_sends_protected_groups_and_the_last_four_cycles() -> (
+    None
+):
     example = documented_example()
     requests: list[list[ModelMessage]] = []
 
@@ -99,23 +107,38 @@ def test_keep_recent_cycles_on_pydantic_ai_sends_protected_groups_and_the_last_f
         model=model,
     )
     for turn in range(1, 8):
-        CHAT.run_sync(args={"message": f"m{turn}"}, adapter=example["pydantic_agent"], model=model, conversation=conversation)
+        CHAT.run_sync(
+            args={"message": f"m{turn}"},
+            adapter=example["pydantic_agent"],
+            model=model,
+            conversation=conversation,
+        )
     assert pydantic_prompts(requests[0]) == ["m0", "m1"]
     assert pydantic_prompts(requests[-1]) == ["m0", "m3", "m4", "m5", "m6", "m7"]
     # What the lane keeps after the accepted edits is what was sent, plus the reply.
-    assert pydantic_prompts(conversation.messages(adapter=example["pydantic_agent"], model=model)) == [
-        "m0", "m3", "m4", "m5", "m6", "m7"
-    ]
+    assert pydantic_prompts(
+        conversation.messages(adapter=example["pydantic_agent"], model=model)
+    ) == ["m0", "m3", "m4", "m5", "m6", "m7"]
 
 
 def test_keep_recent_cycles_on_langchain_sends_protected_groups_and_the_last_four_cycles() -> None:
     example = documented_example()
     model = Recording()
     conversation = kedi.Conversation()
-    signed = AIMessage(content=[{"type": "thinking", "thinking": "why", "signature": "sig"}, {"type": "text", "text": "r0"}])
+    signed = AIMessage(
+        content=[
+            {"type": "thinking", "thinking": "why", "signature": "sig"},
+            {"type": "text", "text": "r0"},
+        ]
+    )
     conversation.seed([HumanMessage("m0"), signed], adapter=example["langchain_agent"], model=model)
     for turn in range(1, 8):
-        CHAT.run_sync(args={"message": f"m{turn}"}, adapter=example["langchain_agent"], model=model, conversation=conversation)
+        CHAT.run_sync(
+            args={"message": f"m{turn}"},
+            adapter=example["langchain_agent"],
+            model=model,
+            conversation=conversation,
+        )
     humans = [[m.content for m in sent if isinstance(m, HumanMessage)] for sent in model.seen]
     assert humans[0] == ["m0", "m1"]
     assert humans[-1] == ["m0", "m3", "m4", "m5", "m6", "m7"]
@@ -129,7 +152,9 @@ def test_a_model_object_runs_with_or_without_an_adapter() -> None:
     assert CHAT.run_sync(args={"message": "hi"}, model=model) == "heard hi"
     from kedi.agent_adapter import PydanticAdapter
 
-    assert CHAT.run_sync(args={"message": "yo"}, adapter=PydanticAdapter(), model=model) == "heard yo"
+    assert (
+        CHAT.run_sync(args={"message": "yo"}, adapter=PydanticAdapter(), model=model) == "heard yo"
+    )
     chat_model = Recording()
     assert CHAT.run_sync(args={"message": "hi"}, model=chat_model) == "reply 1"
 
@@ -151,5 +176,8 @@ def test_an_adapter_without_any_model_says_how_to_choose_one() -> None:
 
 
 def test_a_model_object_of_no_known_framework_is_a_clear_error() -> None:
-    with pytest.raises(kedi.KediExecutionError, match="model must be a name, a Pydantic AI Model or a LangChain chat model, not object"):
+    with pytest.raises(
+        kedi.KediExecutionError,
+        match="model must be a name, a Pydantic AI Model or a LangChain chat model, not object",
+    ):
         CHAT.run_sync(args={"message": "hi"}, model=object())

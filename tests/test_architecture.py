@@ -144,7 +144,15 @@ LAYERS = (
     # concrete adapters (it hands the openai adapter its rate-limited transport).
     Layer(
         "kedi.batch",
-        ("kedi.source", "kedi.errors", "kedi.syntax", "kedi.history", "kedi.adapters", "kedi.runtime", "kedi.batch"),
+        (
+            "kedi.source",
+            "kedi.errors",
+            "kedi.syntax",
+            "kedi.history",
+            "kedi.adapters",
+            "kedi.runtime",
+            "kedi.batch",
+        ),
     ),
     # The top: the public surface and the command line sit on everything.
     Layer("kedi.cli", _ANYTHING),
@@ -531,7 +539,9 @@ def test_adapters_that_say_they_check_requests_check_them_first() -> None:
         assert cls.checks_requests, f"{shortname}: a built-in adapter checks its own requests"
         body = python_ast.parse(textwrap.dedent(inspect.getsource(cls.request))).body[0].body  # type: ignore[attr-defined]
         calls = [python_ast.unparse(statement) for statement in body[:3]]
-        assert "self.check(request)" in calls, f"{shortname}.request does not start by checking: {calls}"
+        assert "self.check(request)" in calls, (
+            f"{shortname}.request does not start by checking: {calls}"
+        )
 
 
 def test_capability_matrix_reads_each_adapters_profile() -> None:

@@ -24,9 +24,9 @@ PROCEDURE = "@inc(n: int) -> int:\n  = `n + 1`\n"
 def invoke(*args: str) -> Result:
     """Run the CLI the way a user does; a Python exception escaping it is a bug, not an error report."""
     result = CliRunner().invoke(main, list(args))
-    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
-        f"traceback instead of an error: {result.exception!r}\n{result.output}"
-    )
+    assert not isinstance(result.exception, Exception) or isinstance(
+        result.exception, SystemExit
+    ), f"traceback instead of an error: {result.exception!r}\n{result.output}"
     assert "Traceback" not in result.output
     return result
 
@@ -39,7 +39,10 @@ def test_a_module_that_is_not_utf8_is_a_located_error_at_the_import(tmp_path: Pa
     (tmp_path / "main.kedi").write_text("> import: latin\n= <x>\n")
     result = invoke("check", str(tmp_path / "main.kedi"))
     assert result.exit_code == 1
-    assert 'main.kedi", line 1, column 1' in result.output and "  > import: latin\n  ^^^" in result.output
+    assert (
+        'main.kedi", line 1, column 1' in result.output
+        and "  > import: latin\n  ^^^" in result.output
+    )
     assert f"module `latin`: cannot read {tmp_path / 'latin.kedi'}: not UTF-8 text" in result.output
 
 
@@ -60,10 +63,14 @@ def test_a_case_with_a_python_syntax_error_fails_that_case_at_its_kedi_line(tmp_
     assert f"PASSED {tmp_path / 't.kedi'}::inc::fine" in lines  # later cases still run
 
 
-def test_kedi_test_on_a_directory_reports_unreadable_files_by_name_and_runs_the_rest(tmp_path: Path) -> None:
+def test_kedi_test_on_a_directory_reports_unreadable_files_by_name_and_runs_the_rest(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "bad.kedi").write_bytes(b"@test: x:\n  caf\xe9\n")
     (tmp_path / "folder.kedi").mkdir()  # a directory whose name ends in .kedi is not a program
-    (tmp_path / "good.kedi").write_text(PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n")
+    (tmp_path / "good.kedi").write_text(
+        PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
+    )
     result = invoke("test", str(tmp_path))
     assert result.exit_code == 1  # the unreadable file counts as an error
     assert f"cannot read {tmp_path / 'bad.kedi'}" in result.output
@@ -73,14 +80,29 @@ def test_kedi_test_on_a_directory_reports_unreadable_files_by_name_and_runs_the_
 
 def test_pytest_plugin_reports_a_failing_top_level_statement(tmp_path: Path) -> None:
     (tmp_path / "t.kedi").write_text(
-        PROCEDURE + "[ratio: float] = `1 / 0`\n@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
+        PROCEDURE
+        + "[ratio: float] = `1 / 0`\n@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
     )
     # Autoload off, the plugin named: the same one plugin whether or not kedi is pip-installed
     # (an installed kedi registers it through its pytest11 entry point too).
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "kedi.pytest_plugin", "-p", "no:cacheprovider", "-q", str(tmp_path)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "kedi.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert ran.returncode == 1, ran.stdout  # `kedi test` fails this file too
     assert "setup error at line 3" in ran.stdout and "ZeroDivisionError" in ran.stdout
@@ -90,7 +112,10 @@ def test_pytest_plugin_reports_a_failing_top_level_statement(tmp_path: Path) -> 
 
 
 def eval_source(dataset: str) -> str:
-    return PROCEDURE + f"@eval: inc:\n  > data: rows:\n    = `{dataset}`\n  > metric: exact(rows):\n    = `inc(rows) == expected`\n"
+    return (
+        PROCEDURE
+        + f"@eval: inc:\n  > data: rows:\n    = `{dataset}`\n  > metric: exact(rows):\n    = `inc(rows) == expected`\n"
+    )
 
 
 def test_a_bad_dataset_aborts_the_eval_with_a_located_error(tmp_path: Path) -> None:
@@ -109,7 +134,9 @@ def test_a_bad_dataset_aborts_the_eval_with_a_located_error(tmp_path: Path) -> N
 
 def test_eval_out_in_a_missing_directory_fails_before_any_row_runs(tmp_path: Path) -> None:
     (tmp_path / "e.kedi").write_text(eval_source("[(1, 2)]"))
-    result = invoke("eval", str(tmp_path / "e.kedi"), "--out", str(tmp_path / "missing" / "r.jsonl"))
+    result = invoke(
+        "eval", str(tmp_path / "e.kedi"), "--out", str(tmp_path / "missing" / "r.jsonl")
+    )
     assert result.exit_code == 2
     assert "cannot write" in result.output and "@eval: inc" not in result.output
 
@@ -123,7 +150,9 @@ def test_kedi_eval_of_a_directory_says_it_needs_a_file(tmp_path: Path) -> None:
 
 
 def test_package_without_main_kedi_points_at_the_source_field(tmp_path: Path) -> None:
-    (tmp_path / "package.kedi").write_text("> package: demo:\n  version: 1.0.0\n  source: src/demo\n")
+    (tmp_path / "package.kedi").write_text(
+        "> package: demo:\n  version: 1.0.0\n  source: src/demo\n"
+    )
     result = invoke("package", "check", str(tmp_path))
     assert result.exit_code == 1
     assert 'package.kedi", line 3, column 3' in result.output
@@ -136,7 +165,9 @@ def test_package_files_that_are_not_utf8_are_reported_by_name(tmp_path: Path) ->
     (tmp_path / "src" / "main.kedi").write_text("[x] = a\n> export: *\n")
     (tmp_path / "src" / "extra.kedi").write_bytes(b"[y] = caf\xe9\n")
     result = invoke("package", "check", str(tmp_path))
-    assert result.exit_code != 0 and f"cannot read {tmp_path / 'src' / 'extra.kedi'}" in result.output
+    assert (
+        result.exit_code != 0 and f"cannot read {tmp_path / 'src' / 'extra.kedi'}" in result.output
+    )
     (tmp_path / "package.kedi").write_bytes(b"> package: d\xe9mo:\n")
     result = invoke("package", "check", str(tmp_path))
     assert result.exit_code != 0 and f"cannot read {tmp_path / 'package.kedi'}" in result.output
@@ -144,7 +175,8 @@ def test_package_files_that_are_not_utf8_are_reported_by_name(tmp_path: Path) ->
 
 def test_a_failing_assert_lists_the_names_it_reads_but_not_builtins(tmp_path: Path) -> None:
     (tmp_path / "t.kedi").write_text(
-        PROCEDURE + "@test: inc:\n  > case: kind:\n    ```\n    x = inc(1)\n    assert isinstance(x, str) or x > 5\n    ```\n"
+        PROCEDURE
+        + "@test: inc:\n  > case: kind:\n    ```\n    x = inc(1)\n    assert isinstance(x, str) or x > 5\n    ```\n"
     )
     result = invoke("test", str(tmp_path / "t.kedi"))
     assert result.exit_code == 1
@@ -154,20 +186,31 @@ def test_a_failing_assert_lists_the_names_it_reads_but_not_builtins(tmp_path: Pa
 
 def test_a_metric_with_empty_or_several_datasets_says_what_to_write(tmp_path: Path) -> None:
     for params, found in [("()", "found `)`"), ("(rows, more)", "found `,`")]:
-        (tmp_path / "e.kedi").write_text(PROCEDURE + f"@eval: inc:\n  > metric: exact{params}:\n    = `inc(1) == 2`\n")
+        (tmp_path / "e.kedi").write_text(
+            PROCEDURE + f"@eval: inc:\n  > metric: exact{params}:\n    = `inc(1) == 2`\n"
+        )
         result = invoke("check", str(tmp_path / "e.kedi"))
         assert result.exit_code == 1
-        assert 'e.kedi", line 4' in result.output and "must name the one dataset it scores, " + found in result.output
+        assert (
+            'e.kedi", line 4' in result.output
+            and "must name the one dataset it scores, " + found in result.output
+        )
         assert "needs a closing `)`, found `)`" not in result.output
 
 
-def test_kedi_test_says_when_nothing_was_collected_or_k_deselected_everything(tmp_path: Path) -> None:
+def test_kedi_test_says_when_nothing_was_collected_or_k_deselected_everything(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "plain.kedi").write_text(PROCEDURE)
     result = invoke("test", str(tmp_path))
     assert result.exit_code == 5 and f"no @test: cases found in {tmp_path}" in result.output
-    (tmp_path / "t.kedi").write_text(PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n")
+    (tmp_path / "t.kedi").write_text(
+        PROCEDURE + "@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
+    )
     result = invoke("test", str(tmp_path), "-k", "nothing_matches")
-    assert result.exit_code == 5 and result.output.splitlines()[-1].startswith("0 passed, 1 deselected by -k in ")
+    assert result.exit_code == 5 and result.output.splitlines()[-1].startswith(
+        "0 passed, 1 deselected by -k in "
+    )
 
 
 def test_a_registered_package_whose_directory_is_missing_is_called_broken(tmp_path: Path) -> None:
@@ -179,7 +222,10 @@ def test_a_registered_package_whose_directory_is_missing_is_called_broken(tmp_pa
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path / "site")])}
     ran = subprocess.run(
         [sys.executable, "-m", "kedi", "check", str(tmp_path / "main.kedi")],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert ran.returncode == 1 and "Traceback" not in ran.stderr
     assert "`ghost` is registered in `kedi.packages` as `ghost_gone`" in ran.stderr
@@ -191,7 +237,9 @@ def test_package_pyproject_write_never_replaces_a_hand_written_pyproject(tmp_pat
     (tmp_path / "package.kedi").write_text("> package: demo:\n  version: 1.0.0\n  source: src\n")
     (tmp_path / "src" / "main.kedi").write_text("[x] = a\n> export: *\n")
     assert invoke("package", "pyproject", str(tmp_path), "--write").exit_code == 0
-    assert invoke("package", "pyproject", str(tmp_path), "--write").exit_code == 0  # its own file: regenerated
+    assert (
+        invoke("package", "pyproject", str(tmp_path), "--write").exit_code == 0
+    )  # its own file: regenerated
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
     result = invoke("package", "pyproject", str(tmp_path), "--write")
     assert result.exit_code == 2 and "was not written by kedi" in result.output
@@ -215,7 +263,10 @@ def test_an_export_left_unbound_by_a_top_level_return_names_the_return_line(tmp_
     (tmp_path / "main.kedi").write_text("> import: early\n= <y>\n")
     result = invoke("run", str(tmp_path / "main.kedi"))
     assert result.exit_code == 1
-    assert "exports `y`, but its top level never bound it: its top-level `=` at line 2 ended it first" in result.output
+    assert (
+        "exports `y`, but its top level never bound it: its top-level `=` at line 2 ended it first"
+        in result.output
+    )
 
 
 def test_two_test_blocks_of_one_procedure_cannot_reuse_a_case_name(tmp_path: Path) -> None:
@@ -225,4 +276,7 @@ def test_two_test_blocks_of_one_procedure_cannot_reuse_a_case_name(tmp_path: Pat
     )
     result = invoke("check", str(tmp_path / "t.kedi"))
     assert result.exit_code == 1  # both would report as t.kedi::inc::one
-    assert 't.kedi", line 7, column 3' in result.output and "duplicate case `one` in `@test: inc`" in result.output
+    assert (
+        't.kedi", line 7, column 3' in result.output
+        and "duplicate case `one` in `@test: inc`" in result.output
+    )

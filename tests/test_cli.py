@@ -57,7 +57,9 @@ def test_parse_json_outputs_the_ast() -> None:
 def test_run_prints_result_and_takes_program_arguments(tmp_path: Path) -> None:
     path = tmp_path / "greet.kedi"
     path.write_text("= Hello <`args.name`> <`args.loud`> <`args.dry_run`>\n")
-    result = invoke("run", str(path), "--name", "Ada", "--loud", "--dry-run", "--name", "Bob", "--quiet")
+    result = invoke(
+        "run", str(path), "--name", "Ada", "--loud", "--dry-run", "--name", "Bob", "--quiet"
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == "Hello Ada True True\n"
 
@@ -73,7 +75,9 @@ def test_usage_errors_are_helpful() -> None:
 
 
 def test_program_arguments_rules() -> None:
-    assert program_arguments(["--title", "x", "--flag", "--two-words", "v", "--title", "y", "stray"]) == {
+    assert program_arguments(
+        ["--title", "x", "--flag", "--two-words", "v", "--title", "y", "stray"]
+    ) == {
         "title": "x",
         "flag": True,
         "two_words": "v",
@@ -96,7 +100,9 @@ def test_runtime_error_has_kedi_trace_and_no_python_traceback(tmp_path: Path) ->
 def test_offline_default_prints_one_notice(tmp_path: Path) -> None:
     path = tmp_path / "two.kedi"
     path.write_text(">> First [a].\n>> Second [b].\n= done\n")
-    proc = subprocess.run([sys.executable, "-m", "kedi", str(path)], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kedi", str(path)], capture_output=True, text=True, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "done\n"
     assert proc.stderr.count("offline model") == 1

@@ -36,7 +36,11 @@ def test_each_line_is_a_turn_and_history_carries_over(tmp_path: Path) -> None:
         transcript=transcript.append,
     )
     assert out.getvalue() == "Hi Ada.\nYou are Ada.\n" and notices == []
-    assert [m["content"] for m in transcript[1]["messages"]] == ["My name is Ada.", "Hi Ada.", "Who am I?"]
+    assert [m["content"] for m in transcript[1]["messages"]] == [
+        "My name is Ada.",
+        "Hi Ada.",
+        "Who am I?",
+    ]
 
 
 def test_exit_reset_save_and_unknown_commands(tmp_path: Path) -> None:
@@ -45,9 +49,17 @@ def test_exit_reset_save_and_unknown_commands(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert result.stdout == "[offline] one\n[offline] two\n[offline] three\n"
     assert "unknown command '/bogus'; commands: /exit, /reset, /save NAME" in result.stderr
-    assert f"(saved the conversation to {saved})" in result.stderr and "(new conversation)" in result.stderr
+    assert (
+        f"(saved the conversation to {saved})" in result.stderr
+        and "(new conversation)" in result.stderr
+    )
     loaded = kedi.Conversation.load(saved)
-    assert [m.content for m in loaded.messages()] == ["one", "[offline] one", "two", "[offline] two"]
+    assert [m.content for m in loaded.messages()] == [
+        "one",
+        "[offline] one",
+        "two",
+        "[offline] two",
+    ]
 
 
 def test_end_of_input_quits_and_a_failed_turn_does_not_end_the_chat(tmp_path: Path) -> None:
@@ -63,7 +75,11 @@ def test_history_is_bounded_by_max_messages() -> None:
 
     def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         prompts = [
-            str(p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+            str(p.content)
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, UserPromptPart)
         ]
         seen.append(prompts)
         return ModelResponse(parts=[TextPart("ok")])
@@ -104,5 +120,7 @@ def test_save_stores_the_chat_as_a_session_of_the_history_store(tmp_path: Path) 
     assert "(stored the conversation as session 'talk': kedi history show talk)" in result.stderr
     assert "a session named 'talk' already exists" in result.stderr
     shown = json.loads(CliRunner().invoke(main, ["history", "show", "talk", "--json"]).stdout)
-    users = [m["content"] for turn in shown["turns"] for m in turn["messages"] if m["role"] == "user"]
+    users = [
+        m["content"] for turn in shown["turns"] for m in turn["messages"] if m["role"] == "user"
+    ]
     assert users == ["one", "two"] and len(shown["turns"]) == 2  # one turn per prompt

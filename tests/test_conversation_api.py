@@ -29,7 +29,7 @@ from kedi.history.lanes import LaneKey, canonical_digest
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "history.md"
 
 TOOL_PROGRAM = (
-    "```\ndef lookup(q: str) -> str:\n    \"\"\"Look q up.\"\"\"\n    return 'found ' + q\n```\n"
+    '```\ndef lookup(q: str) -> str:\n    """Look q up."""\n    return \'found \' + q\n```\n'
     "> history: enabled\n> use: lookup\n[a] << Look it up\n= <a>"
 )
 CHAT = kedi.compile("> history: enabled\n[reply] << <`args.message`>\n= <reply>")
@@ -92,11 +92,22 @@ def test_the_api_and_the_runtime_compute_the_same_lane_key(script: Any) -> None:
     CHAT.run_sync(args={"message": "plain"}, conversation=conversation, effort="high")
     adapter = script(["scripted"])
     CHAT.run_sync(args={"message": "via script"}, conversation=conversation, adapter=adapter)
-    assert contents(conversation.messages(settings={"stop": ("END",), "temperature": 0.5})) == ["hot", "[offline] hot"]
-    assert contents(conversation.messages(adapter="offline", settings={"effort": "high"}))[0] == "plain"
-    assert contents(conversation.messages(model=f"script:{adapter.path}")) == ["via script", "scripted"]
+    assert contents(conversation.messages(settings={"stop": ("END",), "temperature": 0.5})) == [
+        "hot",
+        "[offline] hot",
+    ]
+    assert (
+        contents(conversation.messages(adapter="offline", settings={"effort": "high"}))[0]
+        == "plain"
+    )
+    assert contents(conversation.messages(model=f"script:{adapter.path}")) == [
+        "via script",
+        "scripted",
+    ]
     assert conversation.messages() == [] and len(conversation.lanes) == 3
-    with pytest.raises(kedi.KediUsageError, match="settings must be a mapping of model settings, not list"):
+    with pytest.raises(
+        kedi.KediUsageError, match="settings must be a mapping of model settings, not list"
+    ):
         conversation.messages(settings=[("temperature", 0.5)])  # type: ignore[arg-type]
     with pytest.raises(kedi.KediConfigError, match="unknown adapter 'nope'"):
         conversation.lane_for(adapter="nope", model="m")
@@ -118,7 +129,9 @@ def test_cache_identity_is_stable_within_an_epoch_and_rotates_once_per_rewrite()
     # max_messages: 4 drops the oldest turn from the 3rd call on: each such call
     # is one rewrite, committed with its turn.
     program = kedi.compile(
-        "> history:\n    enabled: true\n    max_messages: 4\n" + "".join(f"[r{n}] << q{n}\n" for n in range(5)) + "= <r4>"
+        "> history:\n    enabled: true\n    max_messages: 4\n"
+        + "".join(f"[r{n}] << q{n}\n" for n in range(5))
+        + "= <r4>"
     )
     adapter, conversation = Recorder(), kedi.Conversation()
     program.run_sync(adapter=adapter, conversation=conversation)
@@ -133,7 +146,9 @@ def test_cache_identity_is_stable_within_an_epoch_and_rotates_once_per_rewrite()
 # --------------------------------------------------------------------------- atomic turns
 
 
-def test_a_failed_call_commits_nothing_and_carries_no_partial_when_nothing_completed(script: Any) -> None:
+def test_a_failed_call_commits_nothing_and_carries_no_partial_when_nothing_completed(
+    script: Any,
+) -> None:
     adapter = script(["one", {"error": "provider down"}, "after"])
     conversation = kedi.Conversation()
     program = kedi.compile("> history: enabled\n[a] << first\n[b] << second\n[c] << third\n= <c>")
@@ -141,9 +156,16 @@ def test_a_failed_call_commits_nothing_and_carries_no_partial_when_nothing_compl
         program.run_sync(adapter=adapter, conversation=conversation)
     assert isinstance(caught.value.original, ProviderError) and caught.value.partial is None
     assert contents(conversation.messages(adapter=adapter)) == ["first", "one"]
-    assert adapter.remaining == 1  # the third call, after the failure in source order, was never sent
+    assert (
+        adapter.remaining == 1
+    )  # the third call, after the failure in source order, was never sent
     records: list[dict[str, Any]] = []
-    CHAT.run_sync(args={"message": "again"}, adapter=adapter, conversation=conversation, transcript=records.append)
+    CHAT.run_sync(
+        args={"message": "again"},
+        adapter=adapter,
+        conversation=conversation,
+        transcript=records.append,
+    )
     assert contents(records[0]["messages"]) == ["first", "one", "again"]
 
 
@@ -153,7 +175,9 @@ def test_a_refusing_hook_commits_nothing_and_later_calls_are_not_sent() -> None:
             raise PermissionError("not allowed")
 
     conversation = kedi.Conversation()
-    program = kedi.compile("> history: enabled\n[a] << first\n[b] << second\n[c] << third\n= <a><b><c>")
+    program = kedi.compile(
+        "> history: enabled\n[a] << first\n[b] << second\n[c] << third\n= <a><b><c>"
+    )
     with pytest.raises(kedi.KediExecutionError, match="not allowed"):
         program.run_sync(hooks=[refuse], conversation=conversation, parallel=8)
     assert contents(conversation.messages()) == ["first", "[offline] first"]
@@ -161,16 +185,23 @@ def test_a_refusing_hook_commits_nothing_and_later_calls_are_not_sent() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("parallel", [None, 8])
-async def test_cancelling_a_whole_run_commits_only_the_finished_turns(script: Any, parallel: Any) -> None:
+async def test_cancelling_a_whole_run_commits_only_the_finished_turns(
+    script: Any, parallel: Any
+) -> None:
     adapter = script(["one", {"text": "two", "delay_ms": 5000}, "three"])
     conversation = kedi.Conversation()
-    program = kedi.compile("> history: enabled\n[a] << first\n[b] << second\n[c] << third\n= <a><b><c>")
+    program = kedi.compile(
+        "> history: enabled\n[a] << first\n[b] << second\n[c] << third\n= <a><b><c>"
+    )
     with pytest.raises(TimeoutError):
         with anyio.fail_after(0.3):
             await program.run(adapter=adapter, conversation=conversation, parallel=parallel)
     (lane,) = conversation.lanes.values()
     assert contents(lane.messages) == ["first", "one"] and not lane.busy
-    assert await CHAT.run(args={"message": "next"}, adapter=adapter, conversation=conversation) == "three"
+    assert (
+        await CHAT.run(args={"message": "next"}, adapter=adapter, conversation=conversation)
+        == "three"
+    )
     assert contents(lane.messages) == ["first", "one", "next", "three"]
 
 
@@ -179,7 +210,11 @@ class Deadline(Adapter):
 
     def __init__(self, inner: Adapter, seconds: float) -> None:
         self.inner, self.seconds = inner, seconds
-        self.shortname, self.profile, self.model_name = inner.shortname, inner.profile, inner.model_name  # type: ignore[misc]
+        self.shortname, self.profile, self.model_name = (
+            inner.shortname,
+            inner.profile,
+            inner.model_name,
+        )  # type: ignore[misc]
 
     async def request(self, request: CallRequest) -> CallResult:
         with anyio.fail_after(self.seconds):
@@ -202,13 +237,19 @@ def test_parallel_calls_with_random_latency_commit_in_source_order(script: Any, 
     rng = random.Random(seed)
     count = 8
     replies = [
-        {"text": f"answer {n}", "delay_ms": rng.uniform(0, 6), "when": {"prompt_contains": f"question {n}."}}
+        {
+            "text": f"answer {n}",
+            "delay_ms": rng.uniform(0, 6),
+            "when": {"prompt_contains": f"question {n}."},
+        }
         for n in range(count)
     ]
     rng.shuffle(replies)
     adapter = script(replies)
     program = kedi.compile(
-        "> history: enabled\n" + "".join(f"[r{n}] << question {n}.\n" for n in range(count)) + "= done"
+        "> history: enabled\n"
+        + "".join(f"[r{n}] << question {n}.\n" for n in range(count))
+        + "= done"
     )
     conversation = kedi.Conversation()
     assert program.run_sync(adapter=adapter, conversation=conversation, parallel=8) == "done"
@@ -221,16 +262,27 @@ def test_parallel_calls_with_random_latency_commit_in_source_order(script: Any, 
 
 def test_a_failed_tool_loop_carries_resume_ready_partial_messages(script: Any) -> None:
     adapter = script(
-        [{"tool_calls": [{"name": "lookup", "args": {"q": "x"}, "id": "c1"}]}, {"error": "overloaded"}, "resumed"]
+        [
+            {"tool_calls": [{"name": "lookup", "args": {"q": "x"}, "id": "c1"}]},
+            {"error": "overloaded"},
+            "resumed",
+        ]
     )
     conversation = kedi.Conversation()
     with pytest.raises(kedi.KediExecutionError) as caught:
         kedi.compile(TOOL_PROGRAM).run_sync(adapter=adapter, conversation=conversation)
     partial = caught.value.partial
-    assert isinstance(caught.value.original, ProviderError) and caught.value.original.partial is partial
+    assert (
+        isinstance(caught.value.original, ProviderError)
+        and caught.value.original.partial is partial
+    )
     assert (partial.stage, partial.requests, partial.tool_calls) == ("model", 2, 1)
     assert partial.conversation_id == conversation.conversation_id and partial.run_id
-    assert [(m.role, m.content) for m in partial.messages] == [("user", "Look it up"), ("assistant", ""), ("tool", "found x")]
+    assert [(m.role, m.content) for m in partial.messages] == [
+        ("user", "Look it up"),
+        ("assistant", ""),
+        ("tool", "found x"),
+    ]
     assert all(len(lane) == 0 for lane in conversation.lanes.values())  # nothing committed
 
     conversation.seed(partial.messages, adapter=adapter)
@@ -245,7 +297,9 @@ def test_a_failed_tool_loop_carries_resume_ready_partial_messages(script: Any) -
 
 
 def test_resuming_from_an_unfinished_tool_batch_closes_the_open_calls(script: Any) -> None:
-    rounds = [{"tool_calls": [{"name": "lookup", "args": {"q": str(n)}, "id": f"c{n}"}]} for n in range(9)]
+    rounds = [
+        {"tool_calls": [{"name": "lookup", "args": {"q": str(n)}, "id": f"c{n}"}]} for n in range(9)
+    ]
     adapter = script([*rounds, "resumed"])
     with pytest.raises(kedi.KediExecutionError) as caught:
         kedi.compile(TOOL_PROGRAM).run_sync(adapter=adapter)
@@ -261,10 +315,19 @@ def test_resuming_from_an_unfinished_tool_batch_closes_the_open_calls(script: An
     )
     sent = records[0]["messages"]
     assert sent[-3:] == [
-        {"role": "assistant", "toolCalls": [{"id": "c8", "name": "lookup", "args": {"q": "8"}}],
-         "runId": partial.run_id, "conversationId": partial.conversation_id},
+        {
+            "role": "assistant",
+            "toolCalls": [{"id": "c8", "name": "lookup", "args": {"q": "8"}}],
+            "runId": partial.run_id,
+            "conversationId": partial.conversation_id,
+        },
         {"role": "tool", "toolCallId": "c8", "toolName": "lookup", "content": INTERRUPTED_RESULT},
-        {"role": "user", "content": "Go on", "runId": sent[-1]["runId"], "conversationId": conversation.conversation_id},
+        {
+            "role": "user",
+            "content": "Go on",
+            "runId": sent[-1]["runId"],
+            "conversationId": conversation.conversation_id,
+        },
     ]
     assert_pair_valid(sent)
 
@@ -279,8 +342,20 @@ def test_runs_chain_by_passing_one_runs_messages_to_the_next(script: Any) -> Non
     second = kedi.Conversation()
     second.seed(first.messages(), adapter=adapter)
     records: list[dict[str, Any]] = []
-    assert CHAT.run_sync(args={"message": "Who am I?"}, adapter=adapter, conversation=second, transcript=records.append) == "You are Ada."
-    assert contents(records[0]["messages"]) == ["My name is Ada.", "[offline] My name is Ada.", "Who am I?"]
+    assert (
+        CHAT.run_sync(
+            args={"message": "Who am I?"},
+            adapter=adapter,
+            conversation=second,
+            transcript=records.append,
+        )
+        == "You are Ada."
+    )
+    assert contents(records[0]["messages"]) == [
+        "My name is Ada.",
+        "[offline] My name is Ada.",
+        "Who am I?",
+    ]
     assert contents(second.messages(adapter=adapter))[-2:] == ["Who am I?", "You are Ada."]
     assert contents(first.messages()) == ["My name is Ada.", "[offline] My name is Ada."]
 
@@ -296,8 +371,15 @@ def test_a_fork_copies_the_lanes_and_its_new_turns_carry_the_new_id() -> None:
     assert records[0]["conversation_id"] == fork.conversation_id
     forked, kept = fork.messages(), original.messages()
     assert contents(forked) == ["shared", "[offline] shared", "fork turn", "[offline] fork turn"]
-    assert contents(kept) == ["shared", "[offline] shared", "original turn", "[offline] original turn"]
-    assert {m.conversation_id for m in forked[:2]} == {original.conversation_id}  # copied turns keep their stamps
+    assert contents(kept) == [
+        "shared",
+        "[offline] shared",
+        "original turn",
+        "[offline] original turn",
+    ]
+    assert {m.conversation_id for m in forked[:2]} == {
+        original.conversation_id
+    }  # copied turns keep their stamps
     assert {m.conversation_id for m in forked[2:]} == {fork.conversation_id}
 
 
@@ -307,7 +389,9 @@ def test_a_fork_copies_the_lanes_and_its_new_turns_carry_the_new_id() -> None:
 def test_a_saved_conversation_continues_after_loading(script: Any, tmp_path: Path) -> None:
     adapter = script(["Noted.", "Blue."])
     conversation = kedi.Conversation()
-    CHAT.run_sync(args={"message": "My favourite colour is blue."}, adapter=adapter, conversation=conversation)
+    CHAT.run_sync(
+        args={"message": "My favourite colour is blue."}, adapter=adapter, conversation=conversation
+    )
     path = tmp_path / "chat.json"
     conversation.save(path)
     loaded = kedi.Conversation.load(path)
@@ -318,7 +402,11 @@ def test_a_saved_conversation_continues_after_loading(script: Any, tmp_path: Pat
         adapter=adapter, conversation=loaded, transcript=records.append
     )
     assert reply == "Blue."
-    assert contents(records[0]["messages"]) == ["My favourite colour is blue.", "Noted.", "Which colour do I like?"]
+    assert contents(records[0]["messages"]) == [
+        "My favourite colour is blue.",
+        "Noted.",
+        "Which colour do I like?",
+    ]
     assert {m.conversation_id for m in after.messages} == {conversation.conversation_id}
 
 
@@ -344,21 +432,29 @@ def test_a_saved_pydantic_ai_conversation_continues_after_loading() -> None:
     loaded = kedi.Conversation.loads(json.dumps(document))
     fresh = PydanticAdapter(FunctionModel(reply, model_name="probe"))
     assert CHAT.run_sync(args={"message": "third"}, adapter=fresh, conversation=loaded) == "reply 3"
-    prompts = [part.content for m in seen[-1] for part in m.parts if isinstance(part, UserPromptPart)]
+    prompts = [
+        part.content for m in seen[-1] for part in m.parts if isinstance(part, UserPromptPart)
+    ]
     answers = [part.content for m in seen[-1] for part in m.parts if isinstance(part, TextPart)]
     assert (prompts, answers) == (["first", "second", "third"], ["reply 1", "reply 2"])
 
     # A native lane can also be seeded with its serialized form, never with kedi Messages.
     seeded = kedi.Conversation()
     lane = seeded.seed(document["lanes"][0]["messages"], adapter=fresh)
-    assert lane.key.format == "pydantic-ai" and list(lane.messages) == list(conversation.lanes[lane.key].messages)
+    assert lane.key.format == "pydantic-ai" and list(lane.messages) == list(
+        conversation.lanes[lane.key].messages
+    )
     with pytest.raises(kedi.HistoryError, match="holds pydantic-ai messages, not kedi Messages"):
         seeded.seed([Message(role="user", content="hi")], adapter=fresh)
 
 
 def test_saved_conversations_hold_no_settings_values() -> None:
     conversation = kedi.Conversation()
-    settings = {"temperature": 0.2, "api_key": "sk-live-123", "extra_headers": {"Authorization": "Bearer tok-456"}}
+    settings = {
+        "temperature": 0.2,
+        "api_key": "sk-live-123",
+        "extra_headers": {"Authorization": "Bearer tok-456"},
+    }
     CHAT.run_sync(args={"message": "hi"}, conversation=conversation, settings=settings)
     text = conversation.dumps()
     assert "sk-live-123" not in text and "tok-456" not in text and "temperature" not in text
@@ -370,8 +466,12 @@ def test_saved_conversations_hold_no_settings_values() -> None:
 # --------------------------------------------------------------------------- the docs run
 
 
-def test_the_python_examples_in_the_history_docs_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = re.findall(r"^```python\n(.*?)^```", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+def test_the_python_examples_in_the_history_docs_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = re.findall(
+        r"^```python\n(.*?)^```", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL
+    )
     assert len(blocks) >= 5, "docs/history.md lost its Python examples"
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "docs_history"}
@@ -383,7 +483,11 @@ def test_rotating_a_token_or_a_timeout_continues_the_history() -> None:
     """The repro of issue 17: three runs with new transport settings, one lane of 6 messages."""
     conversation = kedi.Conversation()
     for token, timeout in (("tok-1", 30), ("tok-2", 30), ("tok-2", 90)):
-        settings = {"temperature": 0.2, "extra_headers": {"Authorization": f"Bearer {token}"}, "timeout": timeout}
+        settings = {
+            "temperature": 0.2,
+            "extra_headers": {"Authorization": f"Bearer {token}"},
+            "timeout": timeout,
+        }
         CHAT.run_sync(args={"message": token}, conversation=conversation, settings=settings)
     assert [len(lane) for lane in conversation.lanes.values()] == [6]
 

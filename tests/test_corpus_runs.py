@@ -26,7 +26,11 @@ MINIMUM_COMPLETED = 172
 def test_corpus_programs_run_on_the_offline_model() -> None:
     assert CORPUS.is_dir(), f"conformance corpus missing at {CORPUS}"
     with (CORPUS / "INDEX.tsv").open(encoding="utf-8") as index:
-        rows = [r for r in csv.DictReader(index, delimiter="\t") if r["expected"] == "parse" and r["file"].endswith(".kedi")]
+        rows = [
+            r
+            for r in csv.DictReader(index, delimiter="\t")
+            if r["expected"] == "parse" and r["file"].endswith(".kedi")
+        ]
     assert rows
     completed, unsupported, failed = 0, 0, []
     for row in rows:

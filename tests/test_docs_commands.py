@@ -55,7 +55,9 @@ def test_the_docs_hold_commands() -> None:
     assert sum(command.startswith("kedi ") for _, block in BLOCKS for command in block) >= 8
 
 
-@pytest.mark.parametrize(("doc", "block"), BLOCKS, ids=[f"{doc}:{block[0]}" for doc, block in BLOCKS])
+@pytest.mark.parametrize(
+    ("doc", "block"), BLOCKS, ids=[f"{doc}:{block[0]}" for doc, block in BLOCKS]
+)
 def test_a_documented_block_runs_in_order(
     doc: str, block: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,7 +69,9 @@ def test_a_documented_block_runs_in_order(
         monkeypatch.delenv(name, raising=False)
     for command in block:
         if command.startswith(_INSTALL):
-            assert command in ("pip install .", "pip install -e '.[dev]'", "python -m pytest"), command
+            assert command in ("pip install .", "pip install -e '.[dev]'", "python -m pytest"), (
+                command
+            )
             continue
         words = shlex.split(command)
         assert words[0] == "kedi", f"{doc}: a command kedi does not know how to check: {command}"

@@ -35,7 +35,9 @@ def test_there_are_at_least_eight_examples() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs_on_its_script(path: Path) -> None:
     program = kedi.compile(path.read_text(encoding="utf-8"), path=str(path))
-    result = program.run_sync(model=f"script:{path.with_suffix('.replies.json')}", args={"name": "Ada"})
+    result = program.run_sync(
+        model=f"script:{path.with_suffix('.replies.json')}", args={"name": "Ada"}
+    )
     assert isinstance(result, str) and result
     if path.stem in EXPECTED_SCRIPTED:
         assert result == EXPECTED_SCRIPTED[path.stem]
@@ -51,7 +53,9 @@ def test_example_runs_on_the_offline_model(path: Path) -> None:
 
 def test_incident_extraction_produces_the_nested_model() -> None:
     path = ROOT / "examples" / "incident_extraction.kedi"
-    result = kedi.compile(path.read_text(), path=str(path)).run_sync(model=f"script:{path.with_suffix('.replies.json')}")
+    result = kedi.compile(path.read_text(), path=str(path)).run_sync(
+        model=f"script:{path.with_suffix('.replies.json')}"
+    )
     incident = json.loads(result)
     assert incident["owner"] == {"name": "Payments", "email": "payments@example.com"}
     assert incident["severity"] == "high"
@@ -63,8 +67,17 @@ def test_chat_example_keeps_the_aside_out_of_the_conversation() -> None:
     kedi.compile(path.read_text(), path=str(path)).run_sync(
         model=f"script:{path.with_suffix('.replies.json')}", transcript=records.append
     )
-    summary = next(r for r in records if "Summarise our whole conversation" in r["messages"][-1]["content"])
-    assert [m["role"] for m in summary["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    summary = next(
+        r for r in records if "Summarise our whole conversation" in r["messages"][-1]["content"]
+    )
+    assert [m["role"] for m in summary["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     aside = next(r for r in records if not r["history"])
     assert [m["role"] for m in aside["messages"]] == ["system", "user"]
 
@@ -83,7 +96,9 @@ def test_readme_command_runs_hello_from_the_cli() -> None:
 
 def test_the_history_processor_example_drops_old_cycles_and_keeps_the_tool_loop() -> None:
     script = ROOT / "examples" / "history_processor.py"
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
     lines = run.stdout.splitlines()
     assert lines.count("  answer: lichens: answered from 2 lookups") == 1
     third = lines[lines.index("question 'lichens'") :]
@@ -93,4 +108,6 @@ def test_the_history_processor_example_drops_old_cycles_and_keeps_the_tool_loop(
         " text user:lichens"
     )
     # The tool loop in progress always goes out whole.
-    assert third[-2].endswith("user:lichens call:lookup(lichens#1) result:lichens-1 call:lookup(lichens#2) result:lichens-2")
+    assert third[-2].endswith(
+        "user:lichens call:lookup(lichens#1) result:lichens-1 call:lookup(lichens#2) result:lichens-2"
+    )

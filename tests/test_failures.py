@@ -24,7 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def kedi(*args: str, stdout: int | None = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "kedi", *args], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=60
+        [sys.executable, "-m", "kedi", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=60,
     )
 
 
@@ -94,9 +99,14 @@ def test_kedi_check_reports_an_unknown_capture_type_at_its_line() -> None:
     source = "```\nclass Review:\n    pass\n```\n>> Rate [a: Review] [b: list[Reveiw] | None] [c: `Any`]\n"
     result = CliRunner().invoke(main, ["check", "-c", source])
     assert result.exit_code == 1
-    assert 'line 5, column 30' in result.stderr and "unknown type `Reveiw`" in result.stderr
+    assert "line 5, column 30" in result.stderr and "unknown type `Reveiw`" in result.stderr
     assert "did you mean `Review`?" in result.stderr
-    assert CliRunner().invoke(main, ["check", "-c", ">> Rate [a: dict[str, Email]] [b: Literal['x']]\n"]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(main, ["check", "-c", ">> Rate [a: dict[str, Email]] [b: Literal['x']]\n"])
+        .exit_code
+        == 0
+    )
 
 
 def test_the_checker_knows_every_builtin_type_the_runtime_resolves() -> None:

@@ -23,7 +23,13 @@ new_point = constructor(Point)
 
 @pytest.mark.parametrize(
     ("args", "kwargs"),
-    [((1,), {}), ((1, 2), {}), ((1, 2, ("a",)), {}), ((1,), {"meta": {"k": 1}}), ((), {"x": 3, "y": 4})],
+    [
+        ((1,), {}),
+        ((1, 2), {}),
+        ((1, 2, ("a",)), {}),
+        ((1,), {"meta": {"k": 1}}),
+        ((), {"x": 3, "y": 4}),
+    ],
 )
 def test_same_object_as_the_dataclass_init(args: tuple, kwargs: dict) -> None:
     built = new_point(*args, **kwargs)

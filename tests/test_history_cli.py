@@ -12,7 +12,9 @@ from kedi.cli import main
 from kedi.runtime.transcripts import expand_records, read_transcript
 
 
-def run_program(tmp_path: Path, source: str, replies: list[Any]) -> tuple[str, list[dict[str, Any]]]:
+def run_program(
+    tmp_path: Path, source: str, replies: list[Any]
+) -> tuple[str, list[dict[str, Any]]]:
     """Run `source` with `kedi run` on a script model; return (stdout, transcript records)."""
     program = tmp_path / "flow.kedi"
     program.write_text(source, encoding="utf-8")
@@ -156,10 +158,7 @@ def test_instructions_are_replaced_and_never_stored(tmp_path: Path) -> None:
 
 def test_raw_invoke_turns_have_exact_roles(tmp_path: Path) -> None:
     source = (
-        "> history: enabled\n"
-        "[first] << Say hello.\n"
-        "[second] << And again.\n"
-        "= <first> / <second>\n"
+        "> history: enabled\n[first] << Say hello.\n[second] << And again.\n= <first> / <second>\n"
     )
     out, records = run_program(tmp_path, source, ["hello", "hello again"])
     assert out == "hello / hello again\n"

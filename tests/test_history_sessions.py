@@ -18,10 +18,15 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.kedi"))
 CHAT = "> history: enabled\n[reply] << <`args.message`>\n= <reply>\n"
 
 
-def kedi(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def kedi(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kedi", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd or ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
@@ -43,11 +48,29 @@ def test_a_named_session_continues_in_the_next_run(chat: Path, tmp_path: Path) -
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(["first reply", "second reply"]))
     model = f"script:{script}"
-    assert kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "hi").returncode == 0
-    second = kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "again", "--transcript", str(tmp_path / "t.jsonl"))
+    assert (
+        kedi("run", str(chat), "--model", model, "--session", "s1", "--message", "hi").returncode
+        == 0
+    )
+    second = kedi(
+        "run",
+        str(chat),
+        "--model",
+        model,
+        "--session",
+        "s1",
+        "--message",
+        "again",
+        "--transcript",
+        str(tmp_path / "t.jsonl"),
+    )
     assert second.returncode == 0, second.stderr
     sent = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])["messages"]
-    assert [m["content"] for m in sent] == ["hi", "first reply", "again"]  # the earlier run's turn came back
+    assert [m["content"] for m in sent] == [
+        "hi",
+        "first reply",
+        "again",
+    ]  # the earlier run's turn came back
     (listed,) = sessions()
     assert listed["name"] == "s1" and listed["turns"] == 2 and listed["program"] == str(chat)
 
@@ -73,10 +96,17 @@ def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
 def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> None:
     assert kedi("run", str(chat), "--session", "a", "--message", "hello there").returncode == 0
     shown = kedi("history", "show", "a")
-    assert shown.returncode == 0 and "user: hello there" in shown.stdout and "assistant:" in shown.stdout
+    assert (
+        shown.returncode == 0
+        and "user: hello there" in shown.stdout
+        and "assistant:" in shown.stdout
+    )
     data = json.loads(kedi("history", "show", "a", "--json").stdout)
-    assert data["turns"][0]["messages"][0] == {"role": "user", "content": "hello there", **{
-        k: data["turns"][0]["messages"][0][k] for k in ("runId", "conversationId")}}
+    assert data["turns"][0]["messages"][0] == {
+        "role": "user",
+        "content": "hello there",
+        **{k: data["turns"][0]["messages"][0][k] for k in ("runId", "conversationId")},
+    }
     assert "offline" in kedi("history", "ls").stdout
     exported = tmp_path / "a.json"
     assert kedi("history", "export", "a", "-o", str(exported)).returncode == 0
@@ -85,14 +115,20 @@ def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> Non
     exported.write_text(json.dumps(document))
     imported = kedi("history", "import", str(exported), "--name", "b")
     assert imported.returncode == 0 and "1 system prompts dropped" in imported.stdout
-    assert kedi("history", "diff", "a", "b").returncode == 0  # the sanitized import equals the original
+    assert (
+        kedi("history", "diff", "a", "b").returncode == 0
+    )  # the sanitized import equals the original
     assert kedi("run", str(chat), "--session", "b", "--message", "more").returncode == 0
     diff = kedi("history", "diff", "a", "b")
     assert diff.returncode == 1 and "b goes on to turn 2" in diff.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     refused = kedi("history", "import", str(bad))
-    assert refused.returncode == 1 and "not a kedi session export" in refused.stderr and "Traceback" not in refused.stderr
+    assert (
+        refused.returncode == 1
+        and "not a kedi session export" in refused.stderr
+        and "Traceback" not in refused.stderr
+    )
     assert kedi("history", "gc", "--older-than", "30d").stdout.startswith("removed 0 sessions")
     assert kedi("history", "rm", "a").returncode == 0
     assert [s["name"] for s in sessions()] == ["b"]
@@ -104,27 +140,48 @@ def test_explain_shows_what_the_next_call_sends(chat: Path) -> None:
     assert kedi("run", str(chat), "--session", "e", "--message", "remember me").returncode == 0
     explained = kedi("history", "explain", str(chat), "--session", "e")
     assert explained.returncode == 0, explained.stderr
-    assert "lane: offline/offline" in explained.stdout and '"content": "remember me"' in explained.stdout
+    assert (
+        "lane: offline/offline" in explained.stdout
+        and '"content": "remember me"' in explained.stdout
+    )
     with_args = kedi("history", "explain", str(chat), "--session", "e", "--message", "what next")
-    assert with_args.returncode == 0 and '"content": "what next"' in with_args.stdout  # program options become args
+    assert (
+        with_args.returncode == 0 and '"content": "what next"' in with_args.stdout
+    )  # program options become args
     trimmed = chat.with_name("trimmed.kedi")
-    trimmed.write_text("> system: Be brief.\n> history:\n    enabled: true\n    max_messages: 1\n[reply] << next\n= <reply>\n")
+    trimmed.write_text(
+        "> system: Be brief.\n> history:\n    enabled: true\n    max_messages: 1\n[reply] << next\n= <reply>\n"
+    )
     explained = kedi("history", "explain", str(trimmed), "--session", "e")
     assert explained.returncode == 0, explained.stderr
-    shown = [json.loads(line) for line in explained.stdout.split("messages (as sent: after processors and repair):\n")[1].split("\noutput schema")[0].splitlines()]
-    assert [(m["role"], m["content"]) for m in shown] == [("system", "Be brief."), ("user", "next")]  # the bound dropped the old turn
+    shown = [
+        json.loads(line)
+        for line in explained.stdout.split("messages (as sent: after processors and repair):\n")[1]
+        .split("\noutput schema")[0]
+        .splitlines()
+    ]
+    assert [(m["role"], m["content"]) for m in shown] == [
+        ("system", "Be brief."),
+        ("user", "next"),
+    ]  # the bound dropped the old turn
 
 
 TOOL_PROGRAM = (
-    "```\ndef lookup(q: str) -> str:\n    \"\"\"Look q up.\"\"\"\n    return 'found ' + q\n```\n"
+    '```\ndef lookup(q: str) -> str:\n    """Look q up."""\n    return \'found \' + q\n```\n'
     "> history: enabled\n[first] << Say hi\n> use: lookup\n[a] << Look it up\n= `first + ' / ' + a`\n"
 )
 
 
-def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_calls(tmp_path: Path) -> None:
+def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_calls(
+    tmp_path: Path,
+) -> None:
     program = tmp_path / "tools.kedi"
     program.write_text(TOOL_PROGRAM)
-    replies = ["hi", {"tool_calls": [{"id": "c1", "name": "lookup", "args": {"q": "x"}}]}, {"error": "overloaded"}]
+    replies = [
+        "hi",
+        {"tool_calls": [{"id": "c1", "name": "lookup", "args": {"q": "x"}}]},
+        {"error": "overloaded"},
+    ]
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(replies))
     failed = kedi("run", str(program), "--model", f"script:{script}", "--session", "t")
@@ -133,12 +190,25 @@ def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_ca
     assert f"{program}:" in failed.stderr.splitlines()[-1]
     runs = json.loads(kedi("history", "show", "t", "--json").stdout)["runs"]
     assert runs[-1]["status"] == "failed" and '"tools":""' not in runs[-1]["failure"]["lane"]
-    assert [m["role"] for m in runs[-1]["failure"]["messages"]][-3:] == ["user", "assistant", "tool"]
+    assert [m["role"] for m in runs[-1]["failure"]["messages"]][-3:] == [
+        "user",
+        "assistant",
+        "tool",
+    ]
     # Resume: "Say hi" is served from the store (the script's "hi" is not asked again), the tool
     # call continues on the lane of the same tool contract from its partial.
     # (the same model: a script's path is its model name, so the file keeps its name)
     script.write_text(json.dumps(["done"]))
-    resumed = kedi("run", str(program), "--model", f"script:{script}", "--resume", "t", "--transcript", str(tmp_path / "t.jsonl"))
+    resumed = kedi(
+        "run",
+        str(program),
+        "--model",
+        f"script:{script}",
+        "--resume",
+        "t",
+        "--transcript",
+        str(tmp_path / "t.jsonl"),
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "hi / done"
     sent = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
@@ -156,14 +226,35 @@ def test_replay_reproduces_every_example_exactly(path: Path, tmp_path: Path) -> 
     replies.write_bytes(path.with_suffix(".replies.json").read_bytes())
     model = f"script:{replies}"
     # kedi refuses options a program does not read: pass --name only to the examples that read it
-    name = ["--name", "Ada"] if "name" in read_options(path.read_text(encoding="utf-8")).lines else []
-    live = kedi("run", str(path), "--model", model, "--session", "r", *name, "--transcript", str(tmp_path / "live.jsonl"))
+    name = (
+        ["--name", "Ada"] if "name" in read_options(path.read_text(encoding="utf-8")).lines else []
+    )
+    live = kedi(
+        "run",
+        str(path),
+        "--model",
+        model,
+        "--session",
+        "r",
+        *name,
+        "--transcript",
+        str(tmp_path / "live.jsonl"),
+    )
     assert live.returncode == 0, live.stderr
     before = kedi("history", "show", "r", "--json").stdout
     # an emptied script proves nothing reaches the model: every call is served from the store
     replies.write_text("[]")
-    replayed = kedi("run", str(path), "--model", model, "--replay", "r", *name,
-                    "--transcript", str(tmp_path / "replay.jsonl"))
+    replayed = kedi(
+        "run",
+        str(path),
+        "--model",
+        model,
+        "--replay",
+        "r",
+        *name,
+        "--transcript",
+        str(tmp_path / "replay.jsonl"),
+    )
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == live.stdout
     assert (tmp_path / "replay.jsonl").read_text() == (tmp_path / "live.jsonl").read_text()
@@ -174,16 +265,32 @@ def test_replay_stops_on_prompt_drift_with_a_readable_diff(chat: Path) -> None:
     assert kedi("run", str(chat), "--session", "d", "--message", "old wording").returncode == 0
     drift = kedi("run", str(chat), "--replay", "d", "--message", "new wording")
     assert drift.returncode == 1
-    assert '-  "prompt": "old wording"' in drift.stderr and '+  "prompt": "new wording"' in drift.stderr
-    assert kedi("run", str(chat), "--replay", "d", "--record", "--message", "new wording").returncode == 0
+    assert (
+        '-  "prompt": "old wording"' in drift.stderr
+        and '+  "prompt": "new wording"' in drift.stderr
+    )
+    assert (
+        kedi("run", str(chat), "--replay", "d", "--record", "--message", "new wording").returncode
+        == 0
+    )
     assert kedi("run", str(chat), "--replay", "d", "--message", "new wording").returncode == 0
 
 
 def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path) -> None:
     planted = "sk-plantedSECRETvalue1234567890"
     program = chat.with_name("secret.kedi")
-    program.write_text("> history: enabled\n[reply] << key <`args.message`> and <`__import__('os').environ['MY_API_KEY']`>\n= <reply>\n")
-    done = kedi("run", str(program), "--session", "k", "--message", planted, env={"MY_API_KEY": "env-secret-abcdef123"})
+    program.write_text(
+        "> history: enabled\n[reply] << key <`args.message`> and <`__import__('os').environ['MY_API_KEY']`>\n= <reply>\n"
+    )
+    done = kedi(
+        "run",
+        str(program),
+        "--session",
+        "k",
+        "--message",
+        planted,
+        env={"MY_API_KEY": "env-secret-abcdef123"},
+    )
     assert done.returncode == 0, done.stderr
     raw = b"".join(p.read_bytes() for p in _private_history_store.parent.glob("history.db*"))
     assert planted.encode() not in raw and b"env-secret-abcdef123" not in raw
@@ -200,10 +307,18 @@ def test_conversation_load_works_in_a_fresh_process_after_import_kedi(tmp_path: 
         "c.seed([*c.messages(model='offline'), {'role': 'user', 'content': 'more'}], model='offline')\n"
         "print(len(c.messages(model='offline')), lane.key.adapter)\n"
     )
-    setup = "import kedi\nc = kedi.Conversation()\nc.seed([{'role': 'user', 'content': 'a'}], model='offline')\n" f"c.save({str(saved)!r})\n"
+    setup = (
+        "import kedi\nc = kedi.Conversation()\nc.seed([{'role': 'user', 'content': 'a'}], model='offline')\n"
+        f"c.save({str(saved)!r})\n"
+    )
     for source in (setup, code):
-        done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-c", source],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "offline"]
 
@@ -212,10 +327,15 @@ def test_trim_and_budget_history_work_directly_as_history_processor() -> None:
     import kedi
 
     program = kedi.compile("> history: enabled\n>> hi [a]\n>> again [b]\n>> more [c]\n= <c>")
-    for processor, sizes in ((kedi.trim_history(3), [1, 3, 3]), (kedi.budget_history(lambda m: 10 * len(m), 35), [1, 3, 3])):
+    for processor, sizes in (
+        (kedi.trim_history(3), [1, 3, 3]),
+        (kedi.budget_history(lambda m: 10 * len(m), 35), [1, 3, 3]),
+    ):
         records: list[dict] = []
         program.run_sync(history_processor=processor, transcript=records.append)
-        assert [len(record["messages"]) for record in records] == sizes  # whole turns dropped, current kept
+        assert [
+            len(record["messages"]) for record in records
+        ] == sizes  # whole turns dropped, current kept
 
 
 def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
@@ -230,8 +350,13 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
         ">> second [b]\n= <b>\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-m", "kedi", "run", str(program), "--session", "slow"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kedi", "run", str(program), "--session", "slow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -247,10 +372,20 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
     assert f"Resume with: kedi run {program} --resume slow" in stderr
     shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
     assert shown["runs"][-1]["status"] == "interrupted" and len(shown["turns"]) == 1
-    resumed = kedi("run", str(program), "--resume", "slow", "--transcript", str(tmp_path / "t.jsonl"), env={"FAST": "1"})
+    resumed = kedi(
+        "run",
+        str(program),
+        "--resume",
+        "slow",
+        "--transcript",
+        str(tmp_path / "t.jsonl"),
+        env={"FAST": "1"},
+    )
     assert resumed.returncode == 0, resumed.stderr
     shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
-    assert shown["runs"][-1]["status"] == "ok" and [t["request"]["prompt"] for t in shown["turns"]] == ["first [a]", "second [b]"]
+    assert shown["runs"][-1]["status"] == "ok" and [
+        t["request"]["prompt"] for t in shown["turns"]
+    ] == ["first [a]", "second [b]"]
 
 
 def test_an_unusable_store_does_not_stop_a_plain_run(chat: Path, tmp_path: Path) -> None:
@@ -260,7 +395,11 @@ def test_an_unusable_store_does_not_stop_a_plain_run(chat: Path, tmp_path: Path)
     assert plain.returncode == 0 and plain.stdout.strip()
     assert "not recording this run" in plain.stderr and "not a kedi history store" in plain.stderr
     asked = kedi("run", str(chat), "--session", "s", env={"KEDI_HISTORY": str(junk)})
-    assert asked.returncode == 1 and "not a kedi history store" in asked.stderr and "Traceback" not in asked.stderr
+    assert (
+        asked.returncode == 1
+        and "not a kedi history store" in asked.stderr
+        and "Traceback" not in asked.stderr
+    )
 
 
 def test_session_names_match_exactly_when_creating(chat: Path) -> None:
@@ -268,4 +407,6 @@ def test_session_names_match_exactly_when_creating(chat: Path) -> None:
     (first,) = sessions()
     assert kedi("run", str(chat), "--session", first["id"][:8], "--message", "two").returncode == 0
     assert len(sessions()) == 2  # a new session named like an id prefix, not a continuation
-    assert kedi("history", "show", first["id"][:13]).returncode == 0  # prefixes still find sessions to show
+    assert (
+        kedi("history", "show", first["id"][:13]).returncode == 0
+    )  # prefixes still find sessions to show

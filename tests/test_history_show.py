@@ -27,9 +27,19 @@ NATIVE_LANE = LaneKey("pydantic-ai", "test", "digest", format="pydantic-ai")
 
 TOOL_TURN = [
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "weather", "args": {"city": "Paris"}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "toolCalls": [{"id": "c1", "name": "weather", "args": {"city": "Paris"}}],
+    },
     {"role": "tool", "content": "sunny", "toolName": "weather", "toolCallId": "c1"},
-    {"role": "tool", "content": "no such city", "toolName": "weather", "toolCallId": "c2", "failed": True},
+    {
+        "role": "tool",
+        "content": "no such city",
+        "toolName": "weather",
+        "toolCallId": "c2",
+        "failed": True,
+    },
     {"role": "assistant", "content": "It is sunny."},
 ]
 NATIVE_TURN = [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "hi"}]}]
@@ -46,18 +56,44 @@ def fill(location: Path | str, name: str) -> None:
     with opened(location) as store:
         session = store.create_session(name=name, program="flow.kedi", model="offline")
         run = store.begin_run(session.id, program="flow.kedi")
-        store.commit_turn(TurnRecord(
-            session_id=session.id, run_no=run, lane=PORTABLE_LANE, origin="flow.kedi:3", messages=TOOL_TURN,
-            value={"forecast": "sunny", "degrees": 21}, usage={"input_tokens": 12, "output_tokens": 5},
-            request={"prompt": "Weather in Paris?"},
-        ))
-        store.commit_turn(TurnRecord(
-            session_id=session.id, run_no=run, lane=PORTABLE_LANE, origin="flow.kedi:5", history=False,
-            messages=[{"role": "user", "content": "\x1b[31mred\x1b[0m text"}], value="a plain reply",
-        ))
-        store.commit_turn(TurnRecord(session_id=session.id, run_no=run, lane=NATIVE_LANE, origin="flow.kedi:7",
-                                     messages=NATIVE_TURN))
-        store.finish_run(session.id, run, "failed", failure={"origin": "flow.kedi:9", "error": "ProviderError: boom"})
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=PORTABLE_LANE,
+                origin="flow.kedi:3",
+                messages=TOOL_TURN,
+                value={"forecast": "sunny", "degrees": 21},
+                usage={"input_tokens": 12, "output_tokens": 5},
+                request={"prompt": "Weather in Paris?"},
+            )
+        )
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=PORTABLE_LANE,
+                origin="flow.kedi:5",
+                history=False,
+                messages=[{"role": "user", "content": "\x1b[31mred\x1b[0m text"}],
+                value="a plain reply",
+            )
+        )
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=NATIVE_LANE,
+                origin="flow.kedi:7",
+                messages=NATIVE_TURN,
+            )
+        )
+        store.finish_run(
+            session.id,
+            run,
+            "failed",
+            failure={"origin": "flow.kedi:9", "error": "ProviderError: boom"},
+        )
 
 
 @pytest.fixture
@@ -103,7 +139,9 @@ def test_show_prints_roles_tool_calls_captures_usage_and_the_failed_run(store_fi
 
 def test_lane_filter_and_colour(store_file: Path) -> None:
     native_only = show("trip", "--lane", "pydantic-ai")
-    assert "turn 3 " in native_only and "turn 1 " not in native_only and "turn 2 " not in native_only
+    assert (
+        "turn 3 " in native_only and "turn 1 " not in native_only and "turn 2 " not in native_only
+    )
     coloured = show("trip", color=True)
     assert "\x1b[36m\x1b[1mturn 1\x1b[0m" in coloured and "\x1b[31mred\x1b[0m text" in coloured
     assert "\x1b" not in show("trip")
@@ -113,14 +151,23 @@ def test_json_is_the_full_records(store_file: Path) -> None:
     data = json.loads(show("trip", "--json"))
     first = data["turns"][0]
     assert first["messages"] == TOOL_TURN and first["request"] == {"prompt": "Weather in Paris?"}
-    assert first["lane"] == {"label": PORTABLE_LANE.label(), **{k: getattr(PORTABLE_LANE, k) for k in
-                             ("adapter", "model", "settings", "mcp", "tools", "format")}}
+    assert first["lane"] == {
+        "label": PORTABLE_LANE.label(),
+        **{
+            k: getattr(PORTABLE_LANE, k)
+            for k in ("adapter", "model", "settings", "mcp", "tools", "format")
+        },
+    }
     assert [turn["seq"] for turn in data["turns"]] == [1, 2, 3]
     assert data["runs"][0]["failure"]["error"] == "ProviderError: boom"
-    assert [t["seq"] for t in json.loads(show("trip", "--json", "--lane", "pydantic-ai"))["turns"]] == [3]
+    assert [
+        t["seq"] for t in json.loads(show("trip", "--json", "--lane", "pydantic-ai"))["turns"]
+    ] == [3]
 
 
-def test_a_long_session_prints_every_turn_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_session_prints_every_turn_in_order_across_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "long.db"
     monkeypatch.setenv("KEDI_HISTORY", str(path))
     with opened(path) as store:
@@ -128,11 +175,25 @@ def test_a_long_session_prints_every_turn_in_order_across_batches(tmp_path: Path
         with store.transaction() as tx:
             for index in range(1, 1202):
                 lane = NATIVE_LANE if index % 400 == 0 else PORTABLE_LANE
-                tx.commit_turn(TurnRecord(session_id=session.id, lane=lane, messages=[{"role": "user", "content": f"m{index}"}]))
+                tx.commit_turn(
+                    TurnRecord(
+                        session_id=session.id,
+                        lane=lane,
+                        messages=[{"role": "user", "content": f"m{index}"}],
+                    )
+                )
     lines = show("long").splitlines()
-    assert [line.split()[1] for line in lines if line.startswith("turn ")] == [str(n) for n in range(1, 1202)]
-    assert [line for line in lines if line.startswith("  user: ")] == [f"  user: m{n}" for n in range(1, 1202)]
-    native = [line.split()[1] for line in show("long", "--lane", "pydantic-ai").splitlines() if line.startswith("turn ")]
+    assert [line.split()[1] for line in lines if line.startswith("turn ")] == [
+        str(n) for n in range(1, 1202)
+    ]
+    assert [line for line in lines if line.startswith("  user: ")] == [
+        f"  user: m{n}" for n in range(1, 1202)
+    ]
+    native = [
+        line.split()[1]
+        for line in show("long", "--lane", "pydantic-ai").splitlines()
+        if line.startswith("turn ")
+    ]
     assert native == ["400", "800", "1200"]
 
 
@@ -165,7 +226,12 @@ HEAVY = ("pydantic", "pydantic_core", "rich", "lark", "platformdirs")
 def loaded(*args: str, store: Path) -> set[str]:
     """The modules a fresh `kedi ARGS` loads."""
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
         env={**os.environ, "KEDI_HISTORY": str(store), "PYTHONPATH": str(ROOT)},
     )
     return set(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -176,9 +242,15 @@ def test_history_show_loads_the_store_but_not_pydantic(store_file: Path) -> None
     assert "kedi.history.store.sqlite" in modules  # the probe really showed the session
     assert not {m.split(".")[0] for m in modules} & set(HEAVY)
     kedi_modules = {m for m in modules if m.startswith("kedi.")}
-    assert not {m for m in kedi_modules if m.startswith(("kedi.runtime", "kedi.adapters", "kedi.syntax"))}
-    assert not kedi_modules & {"kedi.history.messages", "kedi.history.repair", "kedi.history.processors",
-                               "kedi.history.persistence"}  # the pydantic side of history
+    assert not {
+        m for m in kedi_modules if m.startswith(("kedi.runtime", "kedi.adapters", "kedi.syntax"))
+    }
+    assert not kedi_modules & {
+        "kedi.history.messages",
+        "kedi.history.repair",
+        "kedi.history.processors",
+        "kedi.history.persistence",
+    }  # the pydantic side of history
 
 
 @pytest.mark.parametrize("args", [("--version",), ("history", "--help")])
@@ -201,12 +273,21 @@ print(json.dumps([at_import, "pydantic" in sys.modules, wrong, helpers]))
 
 def test_kedi_history_loads_each_name_from_its_module_on_first_use() -> None:
     """`import kedi.history` loads only the errors; its names (pydantic models among them) load when used."""
-    proc = subprocess.run([sys.executable, "-c", HISTORY_PROBE], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", HISTORY_PROBE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     at_import, pydantic_after_use, wrong, helpers = json.loads(proc.stdout)
     assert at_import == [] and pydantic_after_use and wrong == [] and helpers == []
     import kedi.history
 
-    eager = {name for name in vars(kedi.history) if name in kedi.history.__all__} - set(kedi.history._LAZY)
+    eager = {name for name in vars(kedi.history) if name in kedi.history.__all__} - set(
+        kedi.history._LAZY
+    )
     assert eager | set(kedi.history._LAZY) == set(kedi.history.__all__)
     assert all(getattr(kedi.history, name).__module__ == "kedi.errors" for name in eager)

@@ -17,7 +17,9 @@ from kedi.runtime.interrupts import KediInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals (SIGINT to a subprocess)")
+pytestmark = pytest.mark.skipif(
+    sys.platform == "win32", reason="needs POSIX signals (SIGINT to a subprocess)"
+)
 
 PROGRAMS = {
     # Embedded Python sleeping on the event loop's thread.
@@ -112,7 +114,9 @@ def test_ctrl_c_stops_the_run_within_a_second(tmp_path: Path, where: str) -> Non
     assert any(err.startswith(f"kedi: interrupted at flow.kedi:{line}") for line in lines), err
     assert "Resume with: kedi run flow.kedi --resume " in err
     assert process.returncode == 130
-    assert elapsed < 1.0 * (3 if os.environ.get("CI") else 5)  # under 1 s idle; the machine is shared
+    assert elapsed < 1.0 * (
+        3 if os.environ.get("CI") else 5
+    )  # under 1 s idle; the machine is shared
 
 
 def test_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:

@@ -11,7 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_finds_nothing() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--output-format=concise", "kedi", "tests", "bench"],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--output-format=concise",
+            "kedi",
+            "tests",
+            "bench",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

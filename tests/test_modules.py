@@ -66,36 +66,60 @@ def test_missing_module_lists_every_candidate_searched(tmp_path: Path) -> None:
     (diagnostic,) = check_error(tmp_path / "main.kedi").diagnostics
     assert diagnostic.line == 2 and diagnostic.message == "cannot find module `tools/text`"
     assert str(tmp_path / "tools" / "text.kedi") in (diagnostic.hint or "")
-    assert "bundled: " in (diagnostic.hint or "") and "entry point group `kedi.packages`" in (diagnostic.hint or "")
+    assert "bundled: " in (diagnostic.hint or "") and "entry point group `kedi.packages`" in (
+        diagnostic.hint or ""
+    )
 
 
 def test_unknown_export_and_duplicate_selective_name_are_located(tmp_path: Path) -> None:
-    write(tmp_path, {"main.kedi": "> import: m:\n  f\n  f\n", "m.kedi": "@f() -> str:\n  = f\n> export:\n  f\n"})
+    write(
+        tmp_path,
+        {
+            "main.kedi": "> import: m:\n  f\n  f\n",
+            "m.kedi": "@f() -> str:\n  = f\n> export:\n  f\n",
+        },
+    )
     (duplicate,) = check_error(tmp_path / "main.kedi").diagnostics
     assert (duplicate.line, duplicate.message) == (3, "`f` is listed twice in `> import: m:`")
-    write(tmp_path, {"main.kedi": "> import: m\n", "m.kedi": "> import: helpers\n@f() -> str:\n  = f\n> export:\n  f\n  g\n"})
+    write(
+        tmp_path,
+        {
+            "main.kedi": "> import: m\n",
+            "m.kedi": "> import: helpers\n@f() -> str:\n  = f\n> export:\n  f\n  g\n",
+        },
+    )
     (unknown,) = check_error(tmp_path / "main.kedi").diagnostics
     assert unknown.path == str(tmp_path / "m.kedi") and unknown.line == 6
     assert unknown.message == "unknown name `g` in `> export:`"
 
 
 def test_reexported_profile_and_custom_type_import_like_values(tmp_path: Path) -> None:
-    write(tmp_path, {
-        "inner.kedi": "~Point(x: int)\n> profile: terse:\n    > system: Be terse.\n> export:\n  Point\n  terse\n",
-        "outer.kedi": "> import: inner\n> export:\n  Point\n  terse\n",
-        "main.kedi": "> import: outer\n> use: terse\n>> Pick [p: Point].\n= `type(p).__name__ + str(p.x)`\n",
-    })
+    write(
+        tmp_path,
+        {
+            "inner.kedi": "~Point(x: int)\n> profile: terse:\n    > system: Be terse.\n> export:\n  Point\n  terse\n",
+            "outer.kedi": "> import: inner\n> export:\n  Point\n  terse\n",
+            "main.kedi": "> import: outer\n> use: terse\n>> Pick [p: Point].\n= `type(p).__name__ + str(p.x)`\n",
+        },
+    )
     assert run(tmp_path / "main.kedi") == "Point0"
 
 
 def test_import_cycle_is_an_error_naming_the_cycle(tmp_path: Path) -> None:
-    write(tmp_path, {"main.kedi": "> import: a\n", "a.kedi": "> import: b\n", "b.kedi": "> import: main\n"})
+    write(
+        tmp_path,
+        {"main.kedi": "> import: a\n", "a.kedi": "> import: b\n", "b.kedi": "> import: main\n"},
+    )
     messages = [d.message for d in check_error(tmp_path / "main.kedi").diagnostics]
-    assert messages == [f"import cycle: {tmp_path / 'main.kedi'} -> {tmp_path / 'a.kedi'} -> {tmp_path / 'b.kedi'} -> {tmp_path / 'main.kedi'}"]
+    assert messages == [
+        f"import cycle: {tmp_path / 'main.kedi'} -> {tmp_path / 'a.kedi'} -> {tmp_path / 'b.kedi'} -> {tmp_path / 'main.kedi'}"
+    ]
 
 
 def test_bundled_modules_and_in_memory_source() -> None:
-    program = kedi.compile("> import: helpers:\n  truncate\n> import: errors\n= <truncate(`'abcdefgh'`, `6`)> `ModuleNotInstalledError('x').name`\n")
+    program = kedi.compile(
+        "> import: helpers:\n  truncate\n> import: errors\n= <truncate(`'abcdefgh'`, `6`)> `ModuleNotInstalledError('x').name`\n"
+    )
     assert program.run_sync() == "abc... x"
     with pytest.raises(KediCheckError) as caught:
         kedi.compile("> import: local_file\n")
@@ -108,7 +132,9 @@ def test_bundled_modules_and_in_memory_source() -> None:
     assert {"errors", "helpers"} <= set(linking.shipped_bundled())
 
 
-def test_an_already_compiled_module_is_not_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_already_compiled_module_is_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kedi.syntax import checks
 
     write(tmp_path, DIAMOND | {"main.kedi": "> import: lib/left\n= <left()>\n"})
@@ -122,22 +148,34 @@ def test_an_already_compiled_module_is_not_parsed_again(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(checks, "check_source", counting)
     kedi.compile("> import: lib/left\n= again\n", path=str(tmp_path / "other.kedi"))
-    assert parsed == [str(tmp_path / "other.kedi")]  # the root only: lib/left and lib/base are cached
+    assert parsed == [
+        str(tmp_path / "other.kedi")
+    ]  # the root only: lib/left and lib/base are cached
     (tmp_path / "lib" / "base.kedi").write_text("@base() -> str:\n  = changed!\n> export: *\n")
     kedi.compile("> import: lib/left\n", path=str(tmp_path / "other.kedi"))
     assert str(tmp_path / "lib" / "base.kedi") in parsed  # an edited file is parsed again
 
 
 def test_suites_and_imports_never_run_a_suite_during_kedi_run(tmp_path: Path) -> None:
-    write(tmp_path, {"main.kedi": "@f() -> str:\n  = ok\n@test: f:\n  > case: fails:\n    `assert False`\n= <f()>\n"})
+    write(
+        tmp_path,
+        {
+            "main.kedi": "@f() -> str:\n  = ok\n@test: f:\n  > case: fails:\n    `assert False`\n= <f()>\n"
+        },
+    )
     assert run(tmp_path / "main.kedi") == "ok"
 
 
-def test_a_module_created_where_an_earlier_candidate_missed_wins_in_the_same_process(tmp_path: Path) -> None:
-    write(tmp_path, {
-        "main.kedi": "> import: lib/a\n= `a()`\n",
-        "lib/a.kedi": "> import: helpers\n@a() -> str:\n  = `first_line('x')`\n> export: *\n",
-    })
+def test_a_module_created_where_an_earlier_candidate_missed_wins_in_the_same_process(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        {
+            "main.kedi": "> import: lib/a\n= `a()`\n",
+            "lib/a.kedi": "> import: helpers\n@a() -> str:\n  = `first_line('x')`\n> export: *\n",
+        },
+    )
     assert run(tmp_path / "main.kedi") == "x"  # the bundled helpers module
     write(tmp_path, {"lib/helpers.kedi": "@first_line(t: str) -> str:\n  = local\n> export: *\n"})
     assert run(tmp_path / "main.kedi") == "local"  # the file next to lib/a.kedi now comes first

@@ -14,15 +14,21 @@ from kedi.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
-MANIFEST = "> package: greetpkg:\n  version: 1.0.0\n  source: src/greetpkg\n  python: python@3.11-3.14\n"
+MANIFEST = (
+    "> package: greetpkg:\n  version: 1.0.0\n  source: src/greetpkg\n  python: python@3.11-3.14\n"
+)
 
 
 def make_package(root: Path, manifest: str = MANIFEST) -> Path:
     package = root / "greetpkg"
     (package / "src" / "greetpkg").mkdir(parents=True)
     (package / "package.kedi").write_text(manifest)
-    (package / "src" / "greetpkg" / "main.kedi").write_text("@hello(name: str) -> str:\n  = Hello, <name>!\n> export:\n  hello\n")
-    (package / "src" / "greetpkg" / "loud.kedi").write_text("@shout(text: str) -> str:\n  = `text.upper()`\n> export: *\n")
+    (package / "src" / "greetpkg" / "main.kedi").write_text(
+        "@hello(name: str) -> str:\n  = Hello, <name>!\n> export:\n  hello\n"
+    )
+    (package / "src" / "greetpkg" / "loud.kedi").write_text(
+        "@shout(text: str) -> str:\n  = `text.upper()`\n> export: *\n"
+    )
     return package
 
 
@@ -35,8 +41,13 @@ def test_package_check_accepts_a_valid_package_and_locates_manifest_errors(tmp_p
     )
     result = CliRunner().invoke(main, ["package", "check", str(package)])
     assert result.exit_code == 1
-    assert 'package.kedi", line 2' in result.output and "PEP 440 version, not `one`" in result.output
-    assert 'package.kedi", line 4' in result.output and "`httpx>>=1` is not a PEP 508 requirement" in result.output
+    assert (
+        'package.kedi", line 2' in result.output and "PEP 440 version, not `one`" in result.output
+    )
+    assert (
+        'package.kedi", line 4' in result.output
+        and "`httpx>>=1` is not a PEP 508 requirement" in result.output
+    )
 
 
 def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
@@ -48,34 +59,70 @@ def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_pip_install_of_a_built_package_makes_import_work(tmp_path: Path) -> None:
-    pytest.importorskip("hatchling", reason="needs hatchling to build the package: pip install -e '.[dev]'")
+    pytest.importorskip(
+        "hatchling", reason="needs hatchling to build the package: pip install -e '.[dev]'"
+    )
     package = make_package(tmp_path)
     result = CliRunner().invoke(main, ["package", "pyproject", str(package), "--write"])
     assert result.exit_code == 0, result.output
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(package)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(package),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     program = tmp_path / "use.kedi"
-    program.write_text("> import: greetpkg\n> import: greetpkg/loud:\n  shout\n= <shout(`hello('Ada')`)>\n")
+    program.write_text(
+        "> import: greetpkg\n> import: greetpkg/loud:\n  shout\n= <shout(`hello('Ada')`)>\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
-    ran = subprocess.run([sys.executable, "-m", "kedi", "run", str(program)], env=env, capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [sys.executable, "-m", "kedi", "run", str(program)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ran.stdout.strip() == "HELLO, ADA!", ran.stderr
     without = {**os.environ, "PYTHONPATH": str(REPO)}
-    ran = subprocess.run([sys.executable, "-m", "kedi", "run", str(program)], env=without, capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 1 and "no `greetpkg` in entry point group `kedi.packages`" in ran.stderr
+    ran = subprocess.run(
+        [sys.executable, "-m", "kedi", "run", str(program)],
+        env=without,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        ran.returncode == 1 and "no `greetpkg` in entry point group `kedi.packages`" in ran.stderr
+    )
 
 
 @pytest.mark.slow
 def test_the_wheel_ships_the_bundled_modules(tmp_path: Path) -> None:
     import zipfile
 
-    pytest.importorskip("hatchling", reason="needs hatchling to build the wheel: pip install -e '.[dev]'")
+    pytest.importorskip(
+        "hatchling", reason="needs hatchling to build the wheel: pip install -e '.[dev]'"
+    )
     subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path / "dist")],
-        cwd=REPO, check=True, capture_output=True, timeout=300,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     (wheel,) = (tmp_path / "dist").glob("kedi-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -84,6 +131,10 @@ def test_the_wheel_ships_the_bundled_modules(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     ran = subprocess.run(
         [sys.executable, "-m", "kedi", "-c", "> import: helpers\n= <first_line(`'\\n  hi\\n'`)>"],
-        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert ran.stdout.strip() == "hi", ran.stderr

@@ -50,18 +50,25 @@ def test_kedi_test_reports_each_case_with_values_and_kedi_line(tmp_path: Path) -
     assert result.exit_code == 1
     lines = result.output.splitlines()
     assert [line.split("::")[-1] for line in lines if line.startswith(("PASSED", "FAILED"))] == [
-        "adds", "wrong_total", "raises", "sees_top_level_values",
+        "adds",
+        "wrong_total",
+        "raises",
+        "sees_top_level_values",
     ]  # source order, and a failing case does not stop the later ones
     assert f"FAILED {tmp_path / 'calc.kedi'}::add::wrong_total" in lines
-    assert f"  {tmp_path / 'calc.kedi'}:15: assert total == 5, \"two and two\"" in lines
+    assert f'  {tmp_path / "calc.kedi"}:15: assert total == 5, "two and two"' in lines
     assert "    left  (total): 4" in lines and "    right (5): 5" in lines
-    assert any("KediTypeExecutionError: argument `b` of `add`: expected int" in line for line in lines)
+    assert any(
+        "KediTypeExecutionError: argument `b` of `add`: expected int" in line for line in lines
+    )
     assert lines[-1].startswith("2 passed, 2 failed in ")
 
 
 def test_kedi_test_selects_cases_with_k_and_exits_zero_when_they_pass(tmp_path: Path) -> None:
     (tmp_path / "calc.kedi").write_text(SUITE)
-    result = CliRunner().invoke(main, ["test", str(tmp_path / "calc.kedi"), "-k", "adds or top_level"])
+    result = CliRunner().invoke(
+        main, ["test", str(tmp_path / "calc.kedi"), "-k", "adds or top_level"]
+    )
     assert result.exit_code == 0, result.output
     assert result.output.count("PASSED") == 2 and "FAILED" not in result.output
     assert CliRunner().invoke(main, ["test", str(tmp_path), "-k", "nothing_matches"]).exit_code == 5
@@ -74,7 +81,9 @@ def test_suites_never_run_during_kedi_run(tmp_path: Path) -> None:
 
 
 def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) -> None:
-    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][
+        "pytest11"
+    ]
     assert entry_points == {"kedi": "kedi.pytest_plugin"}
     (tmp_path / "calc.kedi").write_text(SUITE)
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
@@ -82,8 +91,22 @@ def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) 
     # (an installed kedi registers it through its pytest11 entry point too).
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "kedi.pytest_plugin", "-p", "no:cacheprovider", "-q", str(tmp_path)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "kedi.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert ran.returncode == 1, ran.stdout
     assert "2 failed, 3 passed" in ran.stdout
@@ -117,11 +140,21 @@ def test_eval_rows_run_concurrently_and_come_back_in_dataset_order(tmp_path: Pat
     async def go(parallel: int) -> tuple[list[int], float, float]:
         runtime = await SuiteRuntime.start(program)
         started = time.perf_counter()
-        report = await run_eval(runtime, evals_of(program.module)[0], parallel=parallel, on_row=lambda r: finished.append(r.index))
+        report = await run_eval(
+            runtime,
+            evals_of(program.module)[0],
+            parallel=parallel,
+            on_row=lambda r: finished.append(r.index),
+        )
         return [r.index for r in report.rows], report.mean, time.perf_counter() - started
 
     order, mean, seconds = anyio.run(go, 4)
-    assert order == [0, 1, 2, 3] and finished == [3, 2, 1, 0]  # test_data scored; finished fastest first
+    assert order == [0, 1, 2, 3] and finished == [
+        3,
+        2,
+        1,
+        0,
+    ]  # test_data scored; finished fastest first
     assert mean == 0.75 and seconds < 0.55  # four rows of 0.6 s of sleep in all overlap
     finished.clear()
     order, _, seconds = anyio.run(go, 1)
@@ -129,18 +162,30 @@ def test_eval_rows_run_concurrently_and_come_back_in_dataset_order(tmp_path: Pat
 
 
 def test_kedi_eval_prints_the_table_and_writes_jsonl(tmp_path: Path) -> None:
-    source = EVAL.replace("  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", "")
-    source = source.replace("(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]", "echo(rows) == expected")
+    source = EVAL.replace(
+        "  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", ""
+    )
+    source = source.replace(
+        "(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]",
+        "echo(rows) == expected",
+    )
     (tmp_path / "e.kedi").write_text(source)
     out = tmp_path / "results.jsonl"
-    result = CliRunner().invoke(main, ["eval", str(tmp_path / "e.kedi"), "--out", str(out), "--parallel", "2"])
+    result = CliRunner().invoke(
+        main, ["eval", str(tmp_path / "e.kedi"), "--out", str(out), "--parallel", "2"]
+    )
     assert result.exit_code == 0, result.output
     assert "mean score 0.250 over 4 rows" in " ".join(result.output.split())
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["index"], r["input"], r["expected"], r["score"]) for r in rows] == [
-        (0, "a", "a", 1.0), (1, "b", "x", 0.0), (2, "c", None, 0.0), (3, "d", None, 0.0),
+        (0, "a", "a", 1.0),
+        (1, "b", "x", 0.0),
+        (2, "c", None, 0.0),
+        (3, "d", None, 0.0),
     ]
-    assert rows[2]["feedback"].startswith("error: ")  # `expected` is unbound for a None expected value
+    assert rows[2]["feedback"].startswith(
+        "error: "
+    )  # `expected` is unbound for a None expected value
 
 
 def test_metric_values_become_scores() -> None:
@@ -152,12 +197,16 @@ def test_metric_values_become_scores() -> None:
 
 def test_library_example_runs_and_its_suite_passes() -> None:
     library = REPO / "examples" / "library"
-    ran = CliRunner().invoke(main, ["run", str(library / "main.kedi"), "--quiet", "--topic", "Release 2.0"])
+    ran = CliRunner().invoke(
+        main, ["run", str(library / "main.kedi"), "--quiet", "--topic", "Release 2.0"]
+    )
     assert ran.exit_code == 0, ran.output
     assert ran.output.splitlines() == ["- release-2-0", "- True"]
     tested = CliRunner().invoke(main, ["test", str(library)])
     assert tested.exit_code == 0, tested.output
-    assert tested.output.count("PASSED") == 3 and tested.output.splitlines()[-1].startswith("3 passed")
+    assert tested.output.count("PASSED") == 3 and tested.output.splitlines()[-1].startswith(
+        "3 passed"
+    )
 
 
 def test_eval_progress_bar_starts_only_after_two_seconds() -> None:

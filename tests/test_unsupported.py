@@ -21,7 +21,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("source", "line", "feature"), CASES)
-def test_unsupported_feature_fails_at_compile_with_its_line(source: str, line: int, feature: str) -> None:
+def test_unsupported_feature_fails_at_compile_with_its_line(
+    source: str, line: int, feature: str
+) -> None:
     with pytest.raises(KediCheckError) as caught:
         kedi.compile(source, path="flow.kedi")
     (diagnostic,) = caught.value.diagnostics

@@ -497,7 +497,9 @@ def string_content_http_client() -> Any:
 
     import openai
 
-    sdk_httpx: Any = import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+    sdk_httpx: Any = import_module(
+        openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    )
 
     class StringContent(sdk_httpx.AsyncHTTPTransport):
         async def handle_async_request(self, request: Any) -> Any:
@@ -506,14 +508,21 @@ def string_content_http_client() -> Any:
                 nulls = [
                     m
                     for m in body.get("messages", ())
-                    if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content") is None
+                    if isinstance(m, dict)
+                    and m.get("role") == "assistant"
+                    and m.get("content") is None
                 ]
                 if nulls:
                     for message in nulls:
                         message["content"] = ""
-                    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+                    headers = [
+                        (k, v) for k, v in request.headers.raw if k.lower() != b"content-length"
+                    ]
                     request = sdk_httpx.Request(
-                        request.method, request.url, headers=headers, content=json.dumps(body).encode()
+                        request.method,
+                        request.url,
+                        headers=headers,
+                        content=json.dumps(body).encode(),
                     )
             return await super().handle_async_request(request)
 

@@ -178,7 +178,9 @@ class PortableTurn:
         accepted rewrite replaces the history for the rest of the call, and is
         committed only if the call succeeds (`CallResult.rewritten_history`).
         """
-        processor = chain_processors(getattr(owner, "history_processor", None), self.request.history_processor)
+        processor = chain_processors(
+            getattr(owner, "history_processor", None), self.request.history_processor
+        )
         if processor is None:
             return
         system = [m for m in self.prefix if m.role == "system"]
@@ -260,11 +262,12 @@ class PortableTurn:
                 )
             )
 
-
     def stop(self, stop: StopRun, unanswered: Sequence[ToolCall]) -> NoReturn:
         """A tool stopped the run: close the unanswered calls (stamped) and fail with the partial."""
         for call in unanswered:
-            self.add(interrupted_result(call, run_id=self.run_id, conversation_id=self.conversation_id))
+            self.add(
+                interrupted_result(call, run_id=self.run_id, conversation_id=self.conversation_id)
+            )
         raise StopRun(
             stop.reason,
             message=f"tool {unanswered[0].name!r} stopped the run{at_origin(self.request)}: {stop.reason or 'no reason given'}",

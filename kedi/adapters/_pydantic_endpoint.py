@@ -57,7 +57,11 @@ class ForceToolFirst(AbstractCapability[Any]):
     def get_model_settings(self) -> Any:
         def per_step(ctx: RunContext[Any]) -> ModelSettings:
             if self._called(ctx):
-                return ModelSettings(extra_body=self.extra_body) if self.extra_body else ModelSettings()
+                return (
+                    ModelSettings(extra_body=self.extra_body)
+                    if self.extra_body
+                    else ModelSettings()
+                )
             # In the body: Pydantic AI sends a one-function choice as `required`.
             choice = {"type": "function", "function": {"name": self.tool}}
             return ModelSettings(extra_body={**self.extra_body, "tool_choice": choice})
@@ -73,7 +77,9 @@ class ForceToolFirst(AbstractCapability[Any]):
         constrains the arguments to the tool's schema).
         """
         return any(
-            isinstance(part, ToolReturnPart) and part.tool_name == self.tool and part.outcome != "retried"
+            isinstance(part, ToolReturnPart)
+            and part.tool_name == self.tool
+            and part.outcome != "retried"
             for message in ctx.messages
             if isinstance(message, ModelRequest) and message.run_id == ctx.run_id
             for part in message.parts

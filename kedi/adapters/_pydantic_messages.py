@@ -3,7 +3,6 @@
 Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
 """
 
-
 from __future__ import annotations
 
 import copy

@@ -105,7 +105,11 @@ def capture_deltas(
                 part = event.part
                 if output_tool is None and isinstance(part, TextPart):
                     piece = part.content
-                elif output_tool is not None and isinstance(part, ToolCallPart) and part.tool_name == output_tool:
+                elif (
+                    output_tool is not None
+                    and isinstance(part, ToolCallPart)
+                    and part.tool_name == output_tool
+                ):
                     piece = part.args
                 else:
                     continue
@@ -141,7 +145,9 @@ class FreshAfterEdit(AbstractCapability[Any]):
         settings = request_context.model_settings
         if not self.call.stale or not settings or "openai_previous_response_id" not in settings:
             return request_context
-        fresh = {key: value for key, value in settings.items() if key != "openai_previous_response_id"}
+        fresh = {
+            key: value for key, value in settings.items() if key != "openai_previous_response_id"
+        }
         return replace(request_context, model_settings=fresh)  # type: ignore[arg-type]  # Pydantic AI types model_settings narrower than it accepts
 
     async def after_model_request(
@@ -166,13 +172,19 @@ def checkpoint_of(message: ModelMessage) -> str | None:
 def as_sent(message: ModelMessage) -> ModelMessage:
     """`message` with the run id Pydantic AI stamped when it was sent (the kedi call's id)."""
     call_id = (message.metadata or {}).get(CALL_ID)
-    return message if call_id is None or message.run_id == call_id else replace(message, run_id=call_id)
+    return (
+        message
+        if call_id is None or message.run_id == call_id
+        else replace(message, run_id=call_id)
+    )
 
 
 def as_stored(message: ModelMessage) -> ModelMessage:
     """`message` with the kedi run's id, as a lane keeps it (the inverse of `_as_sent`)."""
     run_id = (message.metadata or {}).get(RUN_ID)
-    return message if run_id is None or message.run_id == run_id else replace(message, run_id=run_id)
+    return (
+        message if run_id is None or message.run_id == run_id else replace(message, run_id=run_id)
+    )
 
 
 def continues_responses(model: Model | None) -> bool:
@@ -181,4 +193,6 @@ def continues_responses(model: Model | None) -> bool:
     Read from the class names, so `pydantic_ai.models.openai` (and the openai
     SDK) is not imported to ask.
     """
-    return model is not None and any(cls.__name__ == "OpenAIResponsesModel" for cls in type(model).__mro__)
+    return model is not None and any(
+        cls.__name__ == "OpenAIResponsesModel" for cls in type(model).__mro__
+    )

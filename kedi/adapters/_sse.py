@@ -144,7 +144,9 @@ class StreamAccumulator:
 
     def _feed_tool_call(self, piece: dict[str, Any]) -> None:
         index = piece.get("index", len(self.tool_calls))
-        call = self.tool_calls.setdefault(index if isinstance(index, int) else -1, _ToolCallPieces())
+        call = self.tool_calls.setdefault(
+            index if isinstance(index, int) else -1, _ToolCallPieces()
+        )
         call.id = call.id or _text(piece.get("id"))
         function = piece.get("function")
         if not isinstance(function, dict):

@@ -66,14 +66,17 @@ class OutputSpec:
     def text_fields(self) -> tuple[str, ...]:
         """The captures whose type is `str`, in source order: the ones `on_delta` streams."""
         return tuple(
-            field.alias or name for name, field in self.model.model_fields.items() if field.annotation is str
+            field.alias or name
+            for name, field in self.model.model_fields.items()
+            if field.annotation is str
         )
 
     def validate_json(self, text: str | bytes) -> dict[str, Any]:
         """Validate a JSON reply strictly; return the captures by name."""
         instance = self.model.model_validate_json(text, strict=True)
         return {
-            field.alias or name: getattr(instance, name) for name, field in self.model.model_fields.items()
+            field.alias or name: getattr(instance, name)
+            for name, field in self.model.model_fields.items()
         }
 
     def validate_python(self, data: Any) -> dict[str, Any]:

@@ -144,7 +144,14 @@ class LangChainAdapter(Adapter):
         offline=False,
         message_format="langchain",
         settings=frozenset(
-            {*_FIELD_SETTINGS, *_BIND_SETTINGS, "stop", "stop_sequences", "effort", "structured_method"}
+            {
+                *_FIELD_SETTINGS,
+                *_BIND_SETTINGS,
+                "stop",
+                "stop_sequences",
+                "effort",
+                "structured_method",
+            }
         ),
     )
 
@@ -321,11 +328,13 @@ def chat_model_from_name(name: str, **settings: Any) -> BaseChatModel:
     except ImportError as error:
         package = getattr(error, "name", None) or "the provider's package"
         raise KediConfigError(
-            f"LangChain needs {package} for model {name!r}: pip install \"kedi[langchain]\" "
+            f'LangChain needs {package} for model {name!r}: pip install "kedi[langchain]" '
             f"(and the provider's langchain-* package): {error}"
         ) from None
     except Exception as error:  # the provider's own checks (a missing key, a bad name) vary
-        raise KediConfigError(f"LangChain cannot build a chat model for {name!r}: {error}") from None
+        raise KediConfigError(
+            f"LangChain cannot build a chat model for {name!r}: {error}"
+        ) from None
     return model
 
 
@@ -403,7 +412,10 @@ async def _streamed(
 
 
 async def _captured(
-    runnable: Runnable[Any, Any], sent: Sequence[BaseMessage], capture: CaptureText, output_tool: str
+    runnable: Runnable[Any, Any],
+    sent: Sequence[BaseMessage],
+    capture: CaptureText,
+    output_tool: str,
 ) -> tuple[Any, bool]:
     """`runnable.astream_events(sent)` of a structured call: the runnable's output, and whether it streamed.
 
@@ -505,7 +517,9 @@ class _Turn:
                 done, value = await self._structured(reply, spec)
                 if done:
                     if self.capture is not None and not self.streamed:
-                        self.capture.whole(value)  # a chat model that cannot stream: the text at the end
+                        self.capture.whole(
+                            value
+                        )  # a chat model that cannot stream: the text at the end
                     return self._result(value)
             elif reply.tool_calls or reply.invalid_tool_calls:
                 await self._run_tools(reply, skip=None)
@@ -696,7 +710,9 @@ class _Turn:
         unanswered = [*reply.tool_calls[index:], *reply.invalid_tool_calls]
         for call in unanswered:
             self.turn.append(
-                ToolMessage(INTERRUPTED_RESULT, tool_call_id=call.get("id") or "", name=call.get("name"))
+                ToolMessage(
+                    INTERRUPTED_RESULT, tool_call_id=call.get("id") or "", name=call.get("name")
+                )
             )
         raise StopRun(
             stop.reason,
@@ -790,7 +806,9 @@ def _provider_error(error: Exception, where: str, partial: PartialResult | None)
         status = getattr(getattr(error, "response", None), "status_code", None)
     detail = f"{type(error).__name__}: {error}"
     if not isinstance(status, int):
-        return ProviderError(f"{where} failed: {detail}", retryable=_transient(error), partial=partial)
+        return ProviderError(
+            f"{where} failed: {detail}", retryable=_transient(error), partial=partial
+        )
     if status in (401, 403):
         mapped: ProviderError = AuthenticationError(
             f"{where} was refused (HTTP {status}): {detail}", status=status
@@ -801,7 +819,9 @@ def _provider_error(error: Exception, where: str, partial: PartialResult | None)
     return mapped
 
 
-_TRANSIENT = frozenset({"APIConnectionError", "APITimeoutError", "TransportError", "TimeoutException"})
+_TRANSIENT = frozenset(
+    {"APIConnectionError", "APITimeoutError", "TransportError", "TimeoutException"}
+)
 """Classes (of the openai and httpx clients, by name: neither is a dependency) of failures worth retrying."""
 
 

@@ -376,7 +376,10 @@ class OpenAIAdapter(Adapter):
                 wait = _backoff(attempt, retry.after)
                 logger.info(
                     "kedi: retrying in %.1f s (retry %d of %d): %s",
-                    wait, attempt + 1, options.max_retries, retry.error.message,
+                    wait,
+                    attempt + 1,
+                    options.max_retries,
+                    retry.error.message,
                 )
                 await anyio.sleep(wait)
                 attempt += 1
@@ -434,7 +437,11 @@ class OpenAIAdapter(Adapter):
     def _check_length(self, response: httpx.Response, limit: int) -> None:
         """Refuse a body whose declared length is over the cap before reading any of it."""
         declared = response.headers.get("content-length", "")
-        if "content-encoding" not in response.headers and declared.isdigit() and int(declared) > limit:
+        if (
+            "content-encoding" not in response.headers
+            and declared.isdigit()
+            and int(declared) > limit
+        ):
             raise BodyTooLarge
 
     def _http_error(self, response: httpx.Response, content: bytes) -> Exception:
@@ -448,7 +455,10 @@ class OpenAIAdapter(Adapter):
         if data is not None:
             code, detail = error_fields(data)
         else:
-            code, detail = "", content.decode("utf-8", "replace").strip()[:500] or response.reason_phrase
+            code, detail = (
+                "",
+                content.decode("utf-8", "replace").strip()[:500] or response.reason_phrase,
+            )
         where = f"{self.base_url} (model {self.model_name!r})"
         error = provider_error(status, code, self._scrub(detail), where)
         if status == 404 and type(error) is not ProviderError:
@@ -491,7 +501,11 @@ class OpenAIAdapter(Adapter):
                 if deltas is not None:
                     deltas(stream, text)
         if stream.finish_reason is None and not (done and stream.choices):
-            why = "the stream ended without a finish reason" if stream.choices else "the stream held no reply"
+            why = (
+                "the stream ended without a finish reason"
+                if stream.choices
+                else "the stream held no reply"
+            )
             raise _Retry(ProviderError(self._cut_off(reader.received, why), retryable=True))
         return _Reply(stream.message(), reply_usage(stream.usage))
 
@@ -568,7 +582,9 @@ class _Call:
         """
         on_delta, capture, plan = self.request.on_delta, self._capture, self.plan
         if plan is None:
-            return None if on_delta is None else lambda stream, text: on_delta(text) if text else None
+            return (
+                None if on_delta is None else lambda stream, text: on_delta(text) if text else None
+            )
         if capture is None:
             return None
         capture.start()

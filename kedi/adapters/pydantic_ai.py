@@ -168,7 +168,15 @@ OutputMode = Literal["auto", "tool", "native", "prompted", "json_object"]
 _MODEL_SETTINGS = PYDANTIC_AI_SETTINGS
 """Settings forwarded to `ModelSettings` under the same name (spec §9.6)."""
 _KEDI_SETTINGS = frozenset(
-    {"stop", "effort", "output_retries", "tool_retries", "request_limit", "openai_previous_response_id", "output_mode"}
+    {
+        "stop",
+        "effort",
+        "output_retries",
+        "tool_retries",
+        "request_limit",
+        "openai_previous_response_id",
+        "output_mode",
+    }
 )
 """Settings kedi maps itself (see the module docs)."""
 _EFFORTS = {"max": "xhigh"}
@@ -313,13 +321,17 @@ class PydanticAdapter(Adapter):
             _mode_settings(request, mode),
             frozenset(tool.name for tool in request.tools),
         )
-        call = _Call(self, request, chain_processors(self.history_processor, request.history_processor))
+        call = _Call(
+            self, request, chain_processors(self.history_processor, request.history_processor)
+        )
         call.forced, call.mode = options.forced, mode
         history = await call.first_history()
         if continues_responses(self._model):
             history = [as_sent(message) for message in history]
         on_delta = request.on_delta
-        capture = capture_text(request.output, on_delta)  # a structured call streams its str captures
+        capture = capture_text(
+            request.output, on_delta
+        )  # a structured call streams its str captures
         handler = None
         if on_delta is not None and can_stream(self._model):
             if capture is not None:
@@ -493,7 +505,9 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
             result = await ctx.deps[name](arguments)
         except StopRun:
             raise  # a deliberate stop ends the run (see `_Call.stopped`)
-        except ToolArgumentsError as error:  # no result: a retry (Pydantic AI's outcome for bad arguments)
+        except (
+            ToolArgumentsError
+        ) as error:  # no result: a retry (Pydantic AI's outcome for bad arguments)
             raise ModelRetry(str(error)) from error
         except Exception as error:  # reported to the model as a failed result, as on every adapter
             raise ToolFailed(str(error) or type(error).__name__) from error
@@ -682,7 +696,11 @@ class _Call:
             )
 
         archived, archives = archive_exchanges(
-            messages, CLASSIFIER, policy, dump=self.adapter.dump_messages, make_checkpoint=checkpoint
+            messages,
+            CLASSIFIER,
+            policy,
+            dump=self.adapter.dump_messages,
+            make_checkpoint=checkpoint,
         )
         self.archives.update(archives)
         return archived
@@ -804,7 +822,9 @@ class _Call:
         closing = ModelRequest(
             parts=[
                 recorded.get(part.tool_call_id)
-                or ToolReturnPart(part.tool_name, INTERRUPTED_RESULT, tool_call_id=part.tool_call_id)
+                or ToolReturnPart(
+                    part.tool_name, INTERRUPTED_RESULT, tool_call_id=part.tool_call_id
+                )
                 for part in response.parts
                 if isinstance(part, ToolCallPart)
             ],

@@ -266,7 +266,9 @@ class ScriptAdapter(Adapter):
             except ScriptExhaustedError as error:
                 if not rejected:
                     raise
-                raise ScriptExhaustedError(f"{error.message}; {rejected}", partial=error.partial) from None
+                raise ScriptExhaustedError(
+                    f"{error.message}; {rejected}", partial=error.partial
+                ) from None
             if entry.delay_ms:
                 await anyio.sleep(entry.delay_ms / 1000)
             if entry.error is not None:

@@ -30,7 +30,9 @@ class BatchCommand:
     options: dict[str, Any]
 
     @classmethod
-    def prepare(cls, program: str, inputs: str, out: Path, *, input_format: str | None, **options: Any) -> BatchCommand:
+    def prepare(
+        cls, program: str, inputs: str, out: Path, *, input_format: str | None, **options: Any
+    ) -> BatchCommand:
         """Read and check everything before any row runs (a bad row fails here, with its line)."""
         try:
             source = Path(program).read_text(encoding="utf-8")
@@ -43,7 +45,9 @@ class BatchCommand:
         job = options["job"] or default_job_name(program, program_digest, inputs_digest)
         location = store_location()
         ledger = StoreLedger(location)
-        ledger.open_job(JobInfo(job, program, program_digest, data.label, inputs_digest), force=options["force"])
+        ledger.open_job(
+            JobInfo(job, program, program_digest, data.label, inputs_digest), force=options["force"]
+        )
         spec = BatchSpec(
             job=job,
             program_source=source,
@@ -71,7 +75,9 @@ class BatchCommand:
 
     def execute(self) -> Summary:
         """Run the rows the ledger has not finished and write RESULTS."""
-        limiter = RateLimiter(rpm=self.options["rpm"], tpm=self.options["tpm"], parallel=self.options["parallel"])
+        limiter = RateLimiter(
+            rpm=self.options["rpm"], tpm=self.options["tpm"], parallel=self.options["parallel"]
+        )
         engine = self.engine(limiter)
         progress = Progress(Counts(total=len(self.rows)), quiet=self.options["quiet"])
         try:

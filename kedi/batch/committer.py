@@ -120,7 +120,9 @@ class GroupCommitter:
         except BaseException as failure:
             outcomes = [(None, failure)] * len(group)
         # one wake-up of each waiting event loop for the whole group
-        settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        settled: dict[
+            asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+        ] = {}
         for (_, loop, future), (result, error) in zip(group, outcomes, strict=True):
             if loop is not None and future is not None:
                 settled.setdefault(loop, []).append((future, result, error))

@@ -57,7 +57,9 @@ class LocalEngine:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
-        self._runner = RowRunner(self._spec, LocalGate(self._limiter), parallel=self._limiter.max_concurrency)
+        self._runner = RowRunner(
+            self._spec, LocalGate(self._limiter), parallel=self._limiter.max_concurrency
+        )
         try:
             async with run_scope():
                 yield
@@ -169,7 +171,9 @@ async def run_batch(
             window.leave()
         counts.ran += 1
         counts.failed += outcome.failed
-        counts.tokens += outcome.usage.get("input_tokens", 0) + outcome.usage.get("output_tokens", 0)
+        counts.tokens += outcome.usage.get("input_tokens", 0) + outcome.usage.get(
+            "output_tokens", 0
+        )
         results.put(outcome)
         if progress is not None:
             progress.update(engine.limits())
@@ -186,7 +190,9 @@ async def run_batch(
                 await window.enter(engine.concurrency())
                 if max_errors is not None and counts.failed >= max_errors:
                     window.leave()
-                    stopped = f"stopped after {counts.failed} failed rows (--max-errors {max_errors})"
+                    stopped = (
+                        f"stopped after {counts.failed} failed rows (--max-errors {max_errors})"
+                    )
                     break
                 group.start_soon(run_one, row)
     finally:

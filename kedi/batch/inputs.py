@@ -64,11 +64,15 @@ class Inputs:
             if id_field is None:
                 key = str(position)
             elif id_field not in record or record[id_field] in (None, ""):
-                raise KediUsageError(f"{self.label}:{line}: the row has no {id_field!r} field (--id-field)")
+                raise KediUsageError(
+                    f"{self.label}:{line}: the row has no {id_field!r} field (--id-field)"
+                )
             else:
                 key = str(record[id_field])
             if key in seen:
-                raise KediUsageError(f"{self.label}:{line}: the key {key!r} repeats an earlier row's (--id-field {id_field})")
+                raise KediUsageError(
+                    f"{self.label}:{line}: the key {key!r} repeats an earlier row's (--id-field {id_field})"
+                )
             seen.add(key)
             yield Row(position, key, record)
 
@@ -96,7 +100,9 @@ class Inputs:
         try:
             for record in reader:
                 if None in record:
-                    raise KediUsageError(f"{self.label}:{reader.line_num}: the row has more fields than the header")
+                    raise KediUsageError(
+                        f"{self.label}:{reader.line_num}: the row has more fields than the header"
+                    )
                 yield reader.line_num, {name: value for name, value in record.items()}
         except csv.Error as error:
             raise KediUsageError(f"{self.label}:{reader.line_num}: {error}") from None

@@ -72,7 +72,13 @@ class Outcome:
 
     def result_line(self) -> dict[str, Any]:
         """The row's line in RESULTS."""
-        return {"key": self.key, "value": self.value, "error": self.error, "usage": self.usage, "session": self.session}
+        return {
+            "key": self.key,
+            "value": self.value,
+            "error": self.error,
+            "usage": self.usage,
+            "session": self.session,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {"position": self.position, **self.result_line()}
@@ -150,12 +156,16 @@ def session_name(job: str, key: str) -> str:
 class StoreLedger:
     """The `Ledger` in kedi's history store (see the module docstring)."""
 
-    def __init__(self, location: str | os.PathLike[str] | None = None, *, program: str = "", model: str = "") -> None:
+    def __init__(
+        self, location: str | os.PathLike[str] | None = None, *, program: str = "", model: str = ""
+    ) -> None:
         """Open the store at `location` (default: `KEDI_HISTORY`); rows' sessions record `program` and `model`."""
         self._program, self._model = program, model
         store = open_store(location, busy_timeout=BUSY_TIMEOUT)
         if store is None:
-            raise KediConfigError("kedi batch records its rows in the history store; KEDI_HISTORY=off disables it")
+            raise KediConfigError(
+                "kedi batch records its rows in the history store; KEDI_HISTORY=off disables it"
+            )
         self.store: Store = store
         self.store.extend_schema("batch", SCHEMA_VERSION, _SCHEMA)
 
@@ -166,18 +176,29 @@ class StoreLedger:
     def open_job(self, job: JobInfo, *, force: bool) -> None:
         with self.store.transaction() as tx:
             known = tx.query(
-                "SELECT program, program_digest, inputs, inputs_digest FROM batch_jobs WHERE job = ?", (job.name,)
+                "SELECT program, program_digest, inputs, inputs_digest FROM batch_jobs WHERE job = ?",
+                (job.name,),
             )
             if not known:
                 tx.execute(
                     "INSERT INTO batch_jobs VALUES (?, ?, ?, ?, ?, ?)",
-                    (job.name, job.program, job.program_digest, job.inputs, job.inputs_digest, time.time()),
+                    (
+                        job.name,
+                        job.program,
+                        job.program_digest,
+                        job.inputs,
+                        job.inputs_digest,
+                        time.time(),
+                    ),
                 )
                 return
             program, program_digest, inputs, inputs_digest = known[0]
             changed = [
                 what
-                for what, old, new in (("program", program_digest, job.program_digest), ("inputs", inputs_digest, job.inputs_digest))
+                for what, old, new in (
+                    ("program", program_digest, job.program_digest),
+                    ("inputs", inputs_digest, job.inputs_digest),
+                )
                 if old != new
             ]
             if changed and not force:
@@ -193,18 +214,25 @@ class StoreLedger:
                 )
 
     def finished(self, job: str, *, include_failed: bool) -> dict[str, Outcome]:
-        query = "SELECT outcome FROM batch_rows WHERE job = ?" + ("" if include_failed else " AND failed = 0")
+        query = "SELECT outcome FROM batch_rows WHERE job = ?" + (
+            "" if include_failed else " AND failed = 0"
+        )
         return {outcome.key: outcome for outcome in map(_outcome, self._query(query, (job,)))}
 
     def started(self, job: str) -> set[str]:
         prefix = session_name(job, "")
-        rows = self._query("SELECT name FROM sessions WHERE name LIKE ? ESCAPE '\\'", (_like_prefix(prefix),))
-        return {name[len(prefix):] for (name,) in rows}
+        rows = self._query(
+            "SELECT name FROM sessions WHERE name LIKE ? ESCAPE '\\'", (_like_prefix(prefix),)
+        )
+        return {name[len(prefix) :] for (name,) in rows}
 
     def new_row(self, job: str, key: str) -> RowStart:
         """A row that has no session yet: a new one (its id is its conversation's), run 1."""
         session_id = new_id()
-        return RowStart(RowSession(job, key, session_id, 1, self._program, self._model), Conversation(session_id))
+        return RowStart(
+            RowSession(job, key, session_id, 1, self._program, self._model),
+            Conversation(session_id),
+        )
 
     def resume_point(self, job: str, key: str) -> RowStart:
         """Where row `key` starts: its cut-off run resumed, or a new run (of its session, if it has one)."""
@@ -214,9 +242,13 @@ class StoreLedger:
         runs = self.store.runs(session.id)
         last = runs[-1] if runs else None
         if last is None or last.status == "ok":
-            run = RowSession(job, key, session.id, (last.run_no if last else 0) + 1, self._program, self._model)
+            run = RowSession(
+                job, key, session.id, (last.run_no if last else 0) + 1, self._program, self._model
+            )
             return RowStart(run, Conversation(session.id))
-        run = RowSession(job, key, session.id, last.run_no, self._program, self._model, resumed=True)
+        run = RowSession(
+            job, key, session.id, last.run_no, self._program, self._model, resumed=True
+        )
         return RowStart(
             run,
             self.store.load_conversation(session.id, before_run=last.run_no),
@@ -246,12 +278,17 @@ class StoreLedger:
             GROUP BY j.job, j.program, j.program_digest, j.inputs, j.inputs_digest, j.created
             ORDER BY j.created"""
         return [
-            JobInfo(row[0], row[1], row[2], row[3], row[4], succeeded=int(row[5]), failed=int(row[6]))
+            JobInfo(
+                row[0], row[1], row[2], row[3], row[4], succeeded=int(row[5]), failed=int(row[6])
+            )
             for row in self._query(query, params)
         ]
 
     def remove(self, job: str) -> bool:
-        sessions = self._query("SELECT id FROM sessions WHERE name LIKE ? ESCAPE '\\'", (_like_prefix(session_name(job, "")),))
+        sessions = self._query(
+            "SELECT id FROM sessions WHERE name LIKE ? ESCAPE '\\'",
+            (_like_prefix(session_name(job, "")),),
+        )
         for (session_id,) in sessions:
             self.store.delete_session(session_id)
         with self.store.transaction() as tx:
@@ -286,17 +323,31 @@ class RowSession:
             tx.reopen_run(self.session_id, self.run_no)
             return
         name = session_name(self.job, self.key)
-        tx.create_session(self.session_id, name=name, program=self.program, model=model or self.model, if_absent=True)
+        tx.create_session(
+            self.session_id,
+            name=name,
+            program=self.program,
+            model=model or self.model,
+            if_absent=True,
+        )
         tx.begin_run(self.session_id, program=self.program, run_no=self.run_no)
 
-    def commit_turn(self, tx: StoreTransaction, turn: TurnRecord, *, opened: bool, model: str = "") -> None:
+    def commit_turn(
+        self, tx: StoreTransaction, turn: TurnRecord, *, opened: bool, model: str = ""
+    ) -> None:
         """One model call's turn (the write `BatchRecorder` hands the committer), opening the row first unless `opened`."""
         if not opened:
             self.open(tx, model=model)
         tx.commit_turn(turn)
 
     def finish(
-        self, tx: StoreTransaction, outcome: Outcome, *, failure: dict[str, Any] | None, opened: bool, turns: int
+        self,
+        tx: StoreTransaction,
+        outcome: Outcome,
+        *,
+        failure: dict[str, Any] | None,
+        opened: bool,
+        turns: int,
     ) -> Outcome:
         """The row's end: its run's status and failure evidence, its `batch_rows` line.
 
@@ -306,19 +357,29 @@ class RowSession:
         if not opened:
             self.open(tx)
         ((stored,),) = tx.query(
-            "SELECT COUNT(*) FROM turns WHERE session_id = ? AND run_no = ?", (self.session_id, self.run_no)
+            "SELECT COUNT(*) FROM turns WHERE session_id = ? AND run_no = ?",
+            (self.session_id, self.run_no),
         )
         if int(stored) < turns:
             raise StoreError(
                 f"row {self.key!r}: {turns - int(stored)} of its model calls were not recorded in the store; "
                 "its outcome is not recorded (run the command again to resume it)"
             )
-        tx.finish_run(self.session_id, self.run_no, "failed" if outcome.failed else "ok", failure=failure)
+        tx.finish_run(
+            self.session_id, self.run_no, "failed" if outcome.failed else "ok", failure=failure
+        )
         tx.execute(
             "INSERT INTO batch_rows VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, key) DO UPDATE SET "
             "position = excluded.position, failed = excluded.failed, outcome = excluded.outcome, "
             "finished = excluded.finished",
-            (self.job, outcome.key, outcome.position, int(outcome.failed), json.dumps(outcome.to_dict()), time.time()),
+            (
+                self.job,
+                outcome.key,
+                outcome.position,
+                int(outcome.failed),
+                json.dumps(outcome.to_dict()),
+                time.time(),
+            ),
         )
         return outcome
 

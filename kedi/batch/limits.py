@@ -108,7 +108,9 @@ class RateLimiter:
     def succeeded(self) -> None:
         """A request went through: raise the concurrency slowly towards its maximum."""
         if self._concurrency < self._max_concurrency:
-            self._concurrency = min(float(self._max_concurrency), self._concurrency + 1 / self._concurrency)
+            self._concurrency = min(
+                float(self._max_concurrency), self._concurrency + 1 / self._concurrency
+            )
 
     def state(self) -> LimiterState:
         """A snapshot for the progress display."""

@@ -90,9 +90,13 @@ class ShardedPool(httpx.AsyncBaseTransport):
 
     def __init__(self, connections: int) -> None:
         shards = max(1, -(-connections // CONNECTIONS_PER_SHARD))
-        limits = httpx.Limits(max_connections=CONNECTIONS_PER_SHARD, max_keepalive_connections=CONNECTIONS_PER_SHARD)
+        limits = httpx.Limits(
+            max_connections=CONNECTIONS_PER_SHARD, max_keepalive_connections=CONNECTIONS_PER_SHARD
+        )
         context = httpx.create_ssl_context()  # one CA bundle load (~50 ms), not one per pool
-        self._pools = [httpx.AsyncHTTPTransport(limits=limits, verify=context) for _ in range(shards)]
+        self._pools = [
+            httpx.AsyncHTTPTransport(limits=limits, verify=context) for _ in range(shards)
+        ]
         self._in_flight = [0] * shards
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -141,7 +145,9 @@ class GatedTransport(httpx.AsyncBaseTransport):
     Its connections (`ShardedPool`) are sized for `connections` requests in flight.
     """
 
-    def __init__(self, gate: Gate, connections: int, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, gate: Gate, connections: int, inner: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self._gate = gate
         self._inner = inner or ShardedPool(connections)
 
@@ -184,7 +190,9 @@ class RowUsage:
         }
 
 
-_row_usage: contextvars.ContextVar[RowUsage | None] = contextvars.ContextVar("kedi_batch_row_usage", default=None)
+_row_usage: contextvars.ContextVar[RowUsage | None] = contextvars.ContextVar(
+    "kedi_batch_row_usage", default=None
+)
 
 
 def start_row_usage() -> RowUsage:

@@ -66,7 +66,14 @@ def _duration(seconds: float) -> str:
 class Progress:
     """Shows `Counts` as they change; `rich` on a terminal, else a line every `interval` seconds."""
 
-    def __init__(self, counts: Counts, *, stream: IO[str] | None = None, interval: float = PLAIN_INTERVAL, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        counts: Counts,
+        *,
+        stream: IO[str] | None = None,
+        interval: float = PLAIN_INTERVAL,
+        quiet: bool = False,
+    ) -> None:
         self.counts = counts
         self._stream = stream or sys.stderr
         self._interval = interval
@@ -80,7 +87,10 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._live = RichProgress(
-                BarColumn(), TextColumn("{task.description}"), console=Console(file=self._stream), transient=False
+                BarColumn(),
+                TextColumn("{task.description}"),
+                console=Console(file=self._stream),
+                transient=False,
             )
             self._task = self._live.add_task("", total=counts.total)
             self._live.start()
@@ -91,7 +101,9 @@ class Progress:
             return
         if self._live is not None:
             self._live.update(
-                self._task, completed=self.counts.skipped + self.counts.ran, description=describe(self.counts, limits)
+                self._task,
+                completed=self.counts.skipped + self.counts.ran,
+                description=describe(self.counts, limits),
             )
             return
         now = time.monotonic()

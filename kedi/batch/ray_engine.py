@@ -111,7 +111,11 @@ def init_ray(address: str) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
     if address == "local":
         # A private cluster on the loopback address, as many CPUs as this machine has.
         options.update(address="local", _node_ip_address="127.0.0.1")
@@ -128,7 +132,14 @@ class RayEngine:
     """Rows on `actors` Ray actors sharing one job-wide limiter."""
 
     def __init__(
-        self, spec: BatchSpec, *, address: str, actors: int, rpm: float | None, tpm: float | None, parallel: int
+        self,
+        spec: BatchSpec,
+        *,
+        address: str,
+        actors: int,
+        rpm: float | None,
+        tpm: float | None,
+        parallel: int,
     ) -> None:
         self._spec = spec
         self._address = address
@@ -137,7 +148,9 @@ class RayEngine:
         self._actors: list[Any] = []
         self._load: dict[int, int] = {}
         self._limiter: Any = None
-        self._state = LimiterState(concurrency=parallel, throttled=0, paused_for=0.0, token_debt=0.0)
+        self._state = LimiterState(
+            concurrency=parallel, throttled=0, paused_for=0.0, token_debt=0.0
+        )
         self._ray: Any = None
 
     @asynccontextmanager
@@ -145,7 +158,9 @@ class RayEngine:
         started = init_ray(self._address)
         ray = self._ray = import_ray()
         try:
-            self._limiter = ray.remote(num_cpus=0)(LimiterActor).remote(self._rpm, self._tpm, self._parallel)
+            self._limiter = ray.remote(num_cpus=0)(LimiterActor).remote(
+                self._rpm, self._tpm, self._parallel
+            )
             self._actors = [self._new_actor() for _ in range(self._count)]
             await asyncio.gather(*(actor.ready.remote() for actor in self._actors))
             poller = asyncio.ensure_future(self._poll())
@@ -164,7 +179,9 @@ class RayEngine:
 
     def _new_actor(self) -> Any:
         per_actor = max(1, -(-self._parallel // self._count))
-        cls = self._ray.remote(num_cpus=0, max_concurrency=per_actor, scheduling_strategy="SPREAD")(RowActor)
+        cls = self._ray.remote(num_cpus=0, max_concurrency=per_actor, scheduling_strategy="SPREAD")(
+            RowActor
+        )
         actor = cls.remote(self._spec, self._limiter, per_actor)
         self._load[id(actor)] = 0
         return actor
@@ -186,7 +203,9 @@ class RayEngine:
                 self._replace(actor)
             finally:
                 self._load[id(actor)] = self._load.get(id(actor), 1) - 1
-        raise KediError(f"row {row.key!r}: {MAX_ROW_ATTEMPTS} Ray actors died running it; giving up")
+        raise KediError(
+            f"row {row.key!r}: {MAX_ROW_ATTEMPTS} Ray actors died running it; giving up"
+        )
 
     def _replace(self, dead: Any) -> None:
         if dead in self._actors:

@@ -84,7 +84,9 @@ class AdapterPool:
             rebuilt = type(instance)(model, base_url=self._base_url, transport=transport)  # type: ignore[call-arg]  # only OpenAI-compatible adapters reach here
             return instrument(rebuilt, self._gate, gates_requests=False)
         if self._base_url is not None:
-            raise KediConfigError(f"--base-url applies to the openai adapter, not {instance.shortname!r}")
+            raise KediConfigError(
+                f"--base-url applies to the openai adapter, not {instance.shortname!r}"
+            )
         return instrument(instance, self._gate, gates_requests=True)
 
     async def aclose(self) -> None:
@@ -117,7 +119,9 @@ class BatchRecorder(SessionRecorder):
     token budget (nothing was sent).
     """
 
-    def __init__(self, store: Store, start: RowStart, committer: GroupCommitter, usage: RowUsage) -> None:
+    def __init__(
+        self, store: Store, start: RowStart, committer: GroupCommitter, usage: RowUsage
+    ) -> None:
         resuming = bool(start.recorded or start.failure)
         super().__init__(
             store,
@@ -146,12 +150,21 @@ class BatchRecorder(SessionRecorder):
         A turn lost in a crash before its commit is sent again on resume.
         """
         opened, label = self.opened, self.model_label
-        queued = self._committer.submit(lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label))
+        queued = self._committer.submit(
+            lambda tx: self._row.commit_turn(tx, turn, opened=opened, model=label)
+        )
         queued.add_done_callback(_checked_at_the_end)
         self.opened = True
         self.queued += 1
 
-    def _serve(self, adapter: Adapter, key: LaneKey, request: CallRequest, turn: TurnRecord, lane: Lane | None) -> CallResult:
+    def _serve(
+        self,
+        adapter: Adapter,
+        key: LaneKey,
+        request: CallRequest,
+        turn: TurnRecord,
+        lane: Lane | None,
+    ) -> CallResult:
         result = super()._serve(adapter, key, request, turn, lane)
         self._usage.add(result.usage)
         return result
@@ -207,9 +220,13 @@ class RowRunner:
                 adapter_factory=self.adapters.get,
             )
             value = to_jsonable_python(result, fallback=str)
-        except Exception as row_error:  # a bug in one row must not end the job; the row says what it was
+        except (
+            Exception
+        ) as row_error:  # a bug in one row must not end the job; the row says what it was
             error = describe_error(row_error)
-        except BaseException:  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here
+        except (
+            BaseException
+        ):  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here
             evidence = recorder.failure or {"stage": "canceled"}
             self.committer.write_later(lambda tx: start.session.interrupt(tx, evidence))
             raise
@@ -221,10 +238,16 @@ class RowRunner:
             usage=usage.as_dict(),
             session=start.session.session_id,
         )
-        failure = None if error is None else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
+        failure = (
+            None
+            if error is None
+            else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
+        )
         opened, turns = recorder.opened, recorder.recorded_turns + recorder.queued
         return await self.committer.write(
-            lambda tx: start.session.finish(tx, outcome, failure=failure, opened=opened, turns=turns)
+            lambda tx: start.session.finish(
+                tx, outcome, failure=failure, opened=opened, turns=turns
+            )
         )
 
     async def aclose(self) -> None:

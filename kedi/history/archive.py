@@ -27,7 +27,13 @@ from typing import Any
 from kedi.errors import KediConfigError
 from kedi.history.grouping import Classifier, MessageInfo
 
-__all__ = ["HistoryArchive", "archive_exchanges", "archive_policy", "checkpoint_text", "expand_checkpoints"]
+__all__ = [
+    "HistoryArchive",
+    "archive_exchanges",
+    "archive_policy",
+    "checkpoint_text",
+    "expand_checkpoints",
+]
 
 CHECKPOINT_PREFIX = "kedi-checkpoint:"
 """How a checkpoint names its archive: `kedi-checkpoint:<archive id>`."""
@@ -44,7 +50,9 @@ class HistoryArchive:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_exchanges, int) or self.max_exchanges < 1:
-            raise KediConfigError(f"history_archive max_exchanges must be an integer >= 1, not {self.max_exchanges!r}")
+            raise KediConfigError(
+                f"history_archive max_exchanges must be an integer >= 1, not {self.max_exchanges!r}"
+            )
         if not isinstance(self.keep_recent, int) or not 0 <= self.keep_recent < self.max_exchanges:
             raise KediConfigError(
                 f"history_archive keep_recent must be an integer from 0 to max_exchanges - 1, not {self.keep_recent!r}"
@@ -56,7 +64,9 @@ def archive_policy(value: HistoryArchive | int | None) -> HistoryArchive | None:
     if value is None or isinstance(value, HistoryArchive):
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise KediConfigError(f"history_archive takes a HistoryArchive or an int, not {type(value).__name__}")
+        raise KediConfigError(
+            f"history_archive takes a HistoryArchive or an int, not {type(value).__name__}"
+        )
     return HistoryArchive(max_exchanges=value, keep_recent=min(2, value - 1))
 
 
@@ -102,7 +112,9 @@ def archive_exchanges(
             archive_id = _digest(dump(taken))
             calls = [call for start, _ in archived for call in infos[start].opens]
             archives[archive_id] = taken
-            out.append(make_checkpoint(archive_id, checkpoint_text(archive_id, len(archived), calls)))
+            out.append(
+                make_checkpoint(archive_id, checkpoint_text(archive_id, len(archived), calls))
+            )
             out.extend(messages[cut:end])
         else:
             out.extend(messages[index:end])

@@ -222,7 +222,9 @@ class Incremental(Protocol):
 class Lane:
     """One adapter/model/settings/tools partition of a conversation."""
 
-    def __init__(self, key: LaneKey, conversation_id: str, messages: Sequence[Any] = (), epoch: int = 0) -> None:
+    def __init__(
+        self, key: LaneKey, conversation_id: str, messages: Sequence[Any] = (), epoch: int = 0
+    ) -> None:
         """A lane of `conversation_id` holding `messages` (copied into a new list) at `epoch`."""
         self.key = key
         self.conversation_id = conversation_id
@@ -262,7 +264,16 @@ class Lane:
         """
         key = self.key
         return canonical_digest(
-            [self.conversation_id, key.adapter, key.model, key.settings, key.mcp, key.tools, key.format, self.epoch]
+            [
+                self.conversation_id,
+                key.adapter,
+                key.model,
+                key.settings,
+                key.mcp,
+                key.tools,
+                key.format,
+                self.epoch,
+            ]
         )
 
     @property
@@ -400,7 +411,13 @@ class Transaction:
         self.snapshot = lane.messages
         self.committed = False
 
-    def commit(self, new_messages: Sequence[Any], *, rewritten: Sequence[Any] | None = None, rewrites: int = 0) -> None:
+    def commit(
+        self,
+        new_messages: Sequence[Any],
+        *,
+        rewritten: Sequence[Any] | None = None,
+        rewrites: int = 0,
+    ) -> None:
         """Make the turn visible. `rewritten` replaces the prior history (processor edit)."""
         if self.committed:
             raise RuntimeError("a transaction commits once")
@@ -435,7 +452,9 @@ class AdapterRegistry:
             importlib.import_module("kedi.adapters")
 
 
-def register_adapters(create: Callable[[Any, str | None], Any], lookup: Callable[[str], Any]) -> None:
+def register_adapters(
+    create: Callable[[Any, str | None], Any], lookup: Callable[[str], Any]
+) -> None:
     """Called by `kedi.adapters`: the functions that build and find adapters by name."""
     AdapterRegistry.create = create
     AdapterRegistry.lookup = lookup
@@ -451,10 +470,14 @@ def resolve_adapter(adapter: Any = None, model: str | None = None) -> LaneOwner:
     return AdapterRegistry.create(adapter, model)
 
 
-def _key_for(adapter: Any, model: str | None, settings: Mapping[str, Any] | None) -> tuple[LaneOwner, LaneKey]:
+def _key_for(
+    adapter: Any, model: str | None, settings: Mapping[str, Any] | None
+) -> tuple[LaneOwner, LaneKey]:
     """The adapter and lane key a run with these arguments uses for tool-free calls."""
     if settings is not None and not isinstance(settings, Mapping):
-        raise KediUsageError(f"settings must be a mapping of model settings, not {type(settings).__name__}")
+        raise KediUsageError(
+            f"settings must be a mapping of model settings, not {type(settings).__name__}"
+        )
     owner = resolve_adapter(adapter, model)
     return owner, LaneKey.for_call(owner, settings or {})
 
@@ -473,7 +496,9 @@ class Conversation:
 
             conversation_id = new_id()
         if not isinstance(conversation_id, str) or not conversation_id:
-            raise KediUsageError(f"a conversation id must be a non-empty string, not {conversation_id!r}")
+            raise KediUsageError(
+                f"a conversation id must be a non-empty string, not {conversation_id!r}"
+            )
         self.conversation_id = conversation_id
         self._lanes: dict[LaneKey, Lane] = {}
 
@@ -504,7 +529,11 @@ class Conversation:
     # ------------------------------------------------------------ by adapter/model
 
     def lane_for(
-        self, *, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None
+        self,
+        *,
+        adapter: Any = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> Lane:
         """The lane a run's tool-free calls use with this `adapter`, `model` and `settings`.
 
@@ -541,7 +570,11 @@ class Conversation:
         return lane
 
     def messages(
-        self, *, adapter: Any = None, model: str | None = None, settings: Mapping[str, Any] | None = None
+        self,
+        *,
+        adapter: Any = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> list[Any]:
         """The committed messages of the lane `lane_for(adapter, model, settings)` (empty if unused)."""
         lane = self._lanes.get(_key_for(adapter, model, settings)[1])

@@ -199,7 +199,9 @@ def _share_fields_set(model: BaseModel) -> None:
     copy a set of its own, so sharing is invisible.
     """
     given = model.__pydantic_fields_set__
-    object.__setattr__(model, "__pydantic_fields_set__", _FIELD_SETS.setdefault(frozenset(given), given))
+    object.__setattr__(
+        model, "__pydantic_fields_set__", _FIELD_SETS.setdefault(frozenset(given), given)
+    )
 
 
 class _PortableModel(BaseModel):
@@ -364,7 +366,9 @@ class _EmptyList(list[Any]):
     __slots__ = ()
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("a message's empty default list cannot be changed; use model_copy(update=...)")
+        raise TypeError(
+            "a message's empty default list cannot be changed; use model_copy(update=...)"
+        )
 
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse

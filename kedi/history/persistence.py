@@ -57,8 +57,17 @@ from kedi.history.messages import Message, as_messages, collector_paused
 from kedi.redaction import redact
 
 __all__ = [
-    "FORMAT_VERSION", "dump_conversation", "dump_lane_messages", "dumps", "load_lane_messages",
-    "load", "load_conversation", "loads", "save", "write_atomic"]
+    "FORMAT_VERSION",
+    "dump_conversation",
+    "dump_lane_messages",
+    "dumps",
+    "load_lane_messages",
+    "load",
+    "load_conversation",
+    "loads",
+    "save",
+    "write_atomic",
+]
 
 FORMAT_VERSION = 1
 """The version this kedi writes and the only one it reads."""
@@ -74,7 +83,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # --------------------------------------------------------------------------- writing
 
 
-def dump_conversation(conversation: Conversation, *, adapters: Iterable[Any] = ()) -> dict[str, Any]:
+def dump_conversation(
+    conversation: Conversation, *, adapters: Iterable[Any] = ()
+) -> dict[str, Any]:
     """The JSON-compatible document of `conversation` (every lane, empty ones too)."""
     given = tuple(adapters)
     return {
@@ -96,7 +107,9 @@ def _dump_lane(lane: Lane, adapters: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def dump_lane_messages(key: LaneKey, messages: Iterable[Any], adapters: Sequence[Any] = ()) -> list[Any]:
+def dump_lane_messages(
+    key: LaneKey, messages: Iterable[Any], adapters: Sequence[Any] = ()
+) -> list[Any]:
     """Messages of the lane `key` as JSON data: C1 dicts, or the adapter's own dump for a native lane.
 
     The one encoding of lane messages, shared by `save` and the history store.
@@ -106,7 +119,9 @@ def dump_lane_messages(key: LaneKey, messages: Iterable[Any], adapters: Sequence
     return _serializer(key, adapters, f"lane {key.label()}").dump_messages(list(messages))
 
 
-def load_lane_messages(key: LaneKey, data: list[Any], adapters: Sequence[Any] = (), where: str = "") -> list[Any]:
+def load_lane_messages(
+    key: LaneKey, data: list[Any], adapters: Sequence[Any] = (), where: str = ""
+) -> list[Any]:
     """Inverse of `dump_lane_messages`; raises `HistoryError` naming `where`."""
     try:
         if key.format == PORTABLE:
@@ -121,7 +136,9 @@ def dumps(conversation: Conversation, *, adapters: Iterable[Any] = ()) -> str:
     return json.dumps(dump_conversation(conversation, adapters=adapters), ensure_ascii=False)
 
 
-def save(conversation: Conversation, path: str | os.PathLike[str], *, adapters: Iterable[Any] = ()) -> None:
+def save(
+    conversation: Conversation, path: str | os.PathLike[str], *, adapters: Iterable[Any] = ()
+) -> None:
     """Write `dumps(conversation)` to `path` atomically.
 
     Raises `HistoryError` (and writes nothing) when a message holds a lone
@@ -132,7 +149,9 @@ def save(conversation: Conversation, path: str | os.PathLike[str], *, adapters: 
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
-        raise HistoryError(f"cannot save to {os.fspath(path)}: {_surrogate_problem(document)}") from None
+        raise HistoryError(
+            f"cannot save to {os.fspath(path)}: {_surrogate_problem(document)}"
+        ) from None
     write_atomic(path, data)
 
 
@@ -146,13 +165,17 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     try:
         data = text.encode("utf-8") if isinstance(text, str) else text
     except UnicodeEncodeError as error:
-        raise KediUsageError(f"cannot save to {os.fspath(path)}: {error.reason} in the text") from None
+        raise KediUsageError(
+            f"cannot save to {os.fspath(path)}: {error.reason} in the text"
+        ) from None
     _sweep_temporaries(target)
     try:
         prefix = f".{target.name}.{os.getpid()}."
         handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=prefix, suffix=".tmp")
     except OSError as error:
-        raise KediUsageError(f"cannot save to {os.fspath(path)}: {error.strerror or error}") from None
+        raise KediUsageError(
+            f"cannot save to {os.fspath(path)}: {error.strerror or error}"
+        ) from None
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
@@ -163,7 +186,9 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         if isinstance(error, OSError):
-            raise KediUsageError(f"cannot save to {os.fspath(path)}: {error.strerror or error}") from None
+            raise KediUsageError(
+                f"cannot save to {os.fspath(path)}: {error.strerror or error}"
+            ) from None
         raise
 
 
@@ -236,11 +261,19 @@ def _load_document(data: Any, adapters: Iterable[Any], *, parsed_here: bool) -> 
     return conversation
 
 
-def _load_lane(item: Any, conversation_id: str, adapters: Sequence[Any], where: str, parsed_here: bool) -> Lane:
+def _load_lane(
+    item: Any, conversation_id: str, adapters: Sequence[Any], where: str, parsed_here: bool
+) -> Lane:
     lane = _object(item, where)
     raw_key = _object(lane.get("key"), f"{where}.key")
     fields = {
-        name: _string(raw_key, name, f"{where}.key", default=_KEY_DEFAULTS.get(name), empty=name not in _NON_EMPTY)
+        name: _string(
+            raw_key,
+            name,
+            f"{where}.key",
+            default=_KEY_DEFAULTS.get(name),
+            empty=name not in _NON_EMPTY,
+        )
         for name in _KEY_FIELDS
     }
     message_format = _string(lane, "format", where)
@@ -320,7 +353,9 @@ def loads(text: str | bytes, *, adapters: Iterable[Any] = ()) -> Conversation:
     except json.JSONDecodeError as error:
         raise HistoryError(f"a saved conversation must be JSON: {error}") from None
     except RecursionError:
-        raise HistoryError("a saved conversation must be JSON nested less deeply than this") from None
+        raise HistoryError(
+            "a saved conversation must be JSON nested less deeply than this"
+        ) from None
     if _SURROGATE_ESCAPE.search(text):
         problem = _surrogate_problem(data)
         if problem:
@@ -344,7 +379,9 @@ def load(path: str | os.PathLike[str], *, adapters: Iterable[Any] = ()) -> Conve
     try:
         text = Path(path).read_bytes()
     except OSError as error:
-        raise KediUsageError(f"cannot read conversation file {os.fspath(path)}: {error.strerror or error}") from None
+        raise KediUsageError(
+            f"cannot read conversation file {os.fspath(path)}: {error.strerror or error}"
+        ) from None
     try:
         return loads(text, adapters=adapters)
     except HistoryError as error:
@@ -390,10 +427,19 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _string(container: Mapping[str, Any], name: str, where: str, *, default: str | None = None, empty: bool = False) -> str:
+def _string(
+    container: Mapping[str, Any],
+    name: str,
+    where: str,
+    *,
+    default: str | None = None,
+    empty: bool = False,
+) -> str:
     value = container.get(name, default)
     if not isinstance(value, str) or (not empty and not value):
-        raise HistoryError(f"{where}.{name}: expected a {'' if empty else 'non-empty '}string, not {value!r}")
+        raise HistoryError(
+            f"{where}.{name}: expected a {'' if empty else 'non-empty '}string, not {value!r}"
+        )
     return value
 
 
@@ -420,5 +466,13 @@ def _surrogate_problem(document: Any) -> str:
 
 
 def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }
+    return names.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )

@@ -110,7 +110,9 @@ class HistoryProcessorContext(Generic[MessageT]):
         return self.messages[group.entry_start : group.entry_end]
 
 
-HistoryProcessor = Callable[[HistoryProcessorContext[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
+HistoryProcessor = Callable[
+    [HistoryProcessorContext[Any]], Sequence[Any] | Awaitable[Sequence[Any]]
+]
 """A sync (run in a worker thread) or async callback returning the messages to send."""
 
 
@@ -285,7 +287,9 @@ def _is_async(processor: object) -> bool:
     )
 
 
-async def _invoke(processor: HistoryProcessor, context: HistoryProcessorContext[Any], name: str) -> Any:
+async def _invoke(
+    processor: HistoryProcessor, context: HistoryProcessorContext[Any], name: str
+) -> Any:
     """Call the processor: awaited if async, else in a worker thread that cancellation abandons."""
     try:
         if _is_async(processor):

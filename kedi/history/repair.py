@@ -197,6 +197,7 @@ class RequestHistory:
 
 _REQUEST_HISTORY = "request history"
 
+
 def normalize_history(messages: HistoryInput) -> tuple[list[Message], HistoryRepair]:
     """Repair tool-call pairing (C3); return the new history and what changed.
 

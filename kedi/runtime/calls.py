@@ -63,7 +63,14 @@ class PreparedCall:
 
     __slots__ = ("plan", "output", "origin", "lane", "ticket")
 
-    def __init__(self, plan: AgentPlan, output: OutputSpec | None, origin: str, lane: Lane | None, ticket: int) -> None:
+    def __init__(
+        self,
+        plan: AgentPlan,
+        output: OutputSpec | None,
+        origin: str,
+        lane: Lane | None,
+        ticket: int,
+    ) -> None:
         self.plan = plan
         self.output = output
         self.origin = origin
@@ -95,7 +102,9 @@ class Transcript:
     ones and a reference, unless `full` (`--transcript-full`).
     """
 
-    def __init__(self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None], *, full: bool = False) -> None:
+    def __init__(
+        self, target: str | Path | IO[str] | Callable[[dict[str, Any]], None], *, full: bool = False
+    ) -> None:
         """Write to a path (created), an open text file, or call `target(record)` (always full records)."""
         self._file: IO[Any] | None = None
         self._sink: Callable[[dict[str, Any]], None] | None = None
@@ -105,7 +114,9 @@ class Transcript:
             try:
                 self._file = open(target, "wb", buffering=0)  # type: ignore[arg-type]  # noqa: SIM115
             except OSError as error:
-                raise KediConfigError(f"cannot write the transcript to {target}: {error.strerror}") from None
+                raise KediConfigError(
+                    f"cannot write the transcript to {target}: {error.strerror}"
+                ) from None
         elif callable(target) and not hasattr(target, "write"):
             self._sink = target
         else:
@@ -124,7 +135,9 @@ class Transcript:
             try:
                 write_line(self._file, encode_line(shortened))
             except OSError as error:
-                raise KediConfigError(f"cannot write the transcript: {error.strerror or error}") from None
+                raise KediConfigError(
+                    f"cannot write the transcript: {error.strerror or error}"
+                ) from None
 
     def close(self) -> None:
         """Close the file if this transcript opened it."""
@@ -184,7 +197,9 @@ class CallLayer:
             return adapter
         # Adapter instances and model objects may be unhashable (FunctionModel):
         # they are cached by identity, and the cache keeps them alive.
-        key = tuple(part if part is None or isinstance(part, str) else id(part) for part in (adapter, model))
+        key = tuple(
+            part if part is None or isinstance(part, str) else id(part) for part in (adapter, model)
+        )
         instance = self._adapters.get(key)
         if instance is None:
             if adapter is None and model is None and not self._noticed and not self.quiet:
@@ -233,7 +248,9 @@ class CallLayer:
             tools=tools,
             key=LaneKey.for_call(adapter, settings, tools_digest=tools_digest),
             history=history.enabled,
-            processor=bounded_processor(self.history_processor, history.max_messages, history.max_tokens),
+            processor=bounded_processor(
+                self.history_processor, history.max_messages, history.max_tokens
+            ),
         )
         self._plans[id(agent)] = (agent, plan)
         return plan
@@ -251,7 +268,9 @@ class CallLayer:
             return (await self.send(call.plan, call.output, call.origin, texts)).value
         async with lane.transaction(call.ticket) as txn:
             result = await self.send(call.plan, call.output, call.origin, texts, lane, txn.snapshot)
-            txn.commit(result.new_messages, rewritten=result.rewritten_history, rewrites=result.rewrites)
+            txn.commit(
+                result.new_messages, rewritten=result.rewritten_history, rewrites=result.rewrites
+            )
         return result.value
 
     async def send(
@@ -273,13 +292,25 @@ class CallLayer:
         adapter = plan.adapter
         recorder = self.recorder
         # Replayed and resumed calls keep the run and call ids they were recorded with.
-        run_id, call_id = (recorder is not None and recorder.recorded_ids(plan.key)) or (self.run_id, new_id())
+        run_id, call_id = (recorder is not None and recorder.recorded_ids(plan.key)) or (
+            self.run_id,
+            new_id(),
+        )
         conversation_id = self.conversation.conversation_id
         history_on = lane is not None
         transcript = self.transcript
         if self.hooks:
             prompt = await self._run_hooks(
-                PromptEvent(prompt, origin, adapter.shortname, adapter.model_name, run_id, conversation_id, history_on, call_id)
+                PromptEvent(
+                    prompt,
+                    origin,
+                    adapter.shortname,
+                    adapter.model_name,
+                    run_id,
+                    conversation_id,
+                    history_on,
+                    call_id,
+                )
             )
         request = build_request(
             prompt=prompt,
@@ -300,10 +331,19 @@ class CallLayer:
             on_delta=self.on_delta if output is None or output.text_fields else None,
             on_exchange=None
             if transcript is None
-            else _exchange_sink(transcript, adapter, plan.key, history_on, (run_id, call_id, conversation_id), plan.settings),
+            else _exchange_sink(
+                transcript,
+                adapter,
+                plan.key,
+                history_on,
+                (run_id, call_id, conversation_id),
+                plan.settings,
+            ),
         )
         if recorder is not None:
-            return await recorder.send(adapter, plan.key, request, lane, lambda sent: self._request(sent, adapter))
+            return await recorder.send(
+                adapter, plan.key, request, lane, lambda sent: self._request(sent, adapter)
+            )
         return await self._request(request, adapter)
 
     async def _request(self, request: CallRequest, adapter: Adapter) -> CallResult:
@@ -319,14 +359,18 @@ class CallLayer:
         self.usage += result.usage
         return result
 
-    def _tools(self, interp: Interpreter, bound: Mapping[str, Any]) -> tuple[tuple[ToolSpec, ...], str]:
+    def _tools(
+        self, interp: Interpreter, bound: Mapping[str, Any]
+    ) -> tuple[tuple[ToolSpec, ...], str]:
         """Tool specs for the tools in scope, and the digest of that tool contract."""
         if not bound:
             return (), ""
         if self._tool_builder is None:
             from kedi.runtime.tools import ToolBuilder  # only programs with tools load it
 
-            self._tool_builder = ToolBuilder(lambda proc, expr: interp.resolve_type_in(expr, proc.scope))
+            self._tool_builder = ToolBuilder(
+                lambda proc, expr: interp.resolve_type_in(expr, proc.scope)
+            )
         specs, digests = [], []
         for name, target in bound.items():
             spec, digest = self._tool_builder.spec(name, target)
@@ -348,7 +392,6 @@ class CallLayer:
                     )
                 prompt = edited
         return prompt
-
 
 
 def _exchange_sink(
@@ -392,7 +435,15 @@ def _exchange_sink(
 
 
 def _rest(event: PromptEvent) -> tuple[Any, ...]:
-    return (event.origin, event.adapter, event.model, event.run_id, event.conversation_id, event.history, event.call_id)
+    return (
+        event.origin,
+        event.adapter,
+        event.model,
+        event.run_id,
+        event.conversation_id,
+        event.history,
+        event.call_id,
+    )
 
 
 def bounded_processor(
@@ -406,4 +457,12 @@ def bounded_processor(
     return compose_bounds(processor, max_messages=max_messages, max_tokens=max_tokens)
 
 
-__all__ = ["AgentPlan", "CallLayer", "PreparedCall", "PromptEvent", "Transcript", "bounded_processor", "OFFLINE_NOTICE"]
+__all__ = [
+    "AgentPlan",
+    "CallLayer",
+    "PreparedCall",
+    "PromptEvent",
+    "Transcript",
+    "bounded_processor",
+    "OFFLINE_NOTICE",
+]

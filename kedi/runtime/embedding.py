@@ -27,7 +27,9 @@ from kedi.syntax.docstrings import query_body_source
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _runner(func: Callable[..., Any], run: Callable[[Mapping[str, Any]], Any]) -> Callable[..., Any]:
+def _runner(
+    func: Callable[..., Any], run: Callable[[Mapping[str, Any]], Any]
+) -> Callable[..., Any]:
     """Wrap `func` so calling it binds its arguments and awaits `run(arguments)`."""
     signature = inspect.signature(func)
 
@@ -125,7 +127,7 @@ def bind(
     """
     if not isinstance(file, str | os.PathLike):
         raise KediUsageError(
-            "@kedi.bind needs the .kedi file to run: write @kedi.bind(\"flow.kedi\"), "
+            '@kedi.bind needs the .kedi file to run: write @kedi.bind("flow.kedi"), '
             f"not a bare @kedi.bind (it was given {type(file).__name__} {getattr(file, '__name__', file)!r})"
         )
 

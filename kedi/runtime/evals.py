@@ -94,9 +94,13 @@ class EvalDataError(KediDiagnosticError):
     kind = "EvalDataError"
 
 
-def _data_error(runtime: SuiteRuntime, node: ast.EvalSuite | ast.EvalData, message: str) -> EvalDataError:
+def _data_error(
+    runtime: SuiteRuntime, node: ast.EvalSuite | ast.EvalData, message: str
+) -> EvalDataError:
     source = runtime.program.source
-    return EvalDataError([Diagnostic(node.span, message, source_line=source.line_text(node.span.line))])
+    return EvalDataError(
+        [Diagnostic(node.span, message, source_line=source.line_text(node.span.line))]
+    )
 
 
 def evals_of(module: ast.Module) -> list[ast.EvalSuite]:
@@ -124,7 +128,9 @@ async def run_eval(
     if metric is None:
         raise _data_error(runtime, suite, f"`@eval: {suite.procedure}` has no `> metric:`")
     dataset = chosen_dataset(suite)
-    report = EvalReport(suite.procedure, dataset.name if dataset else "", dataset.kind if dataset else "")
+    report = EvalReport(
+        suite.procedure, dataset.name if dataset else "", dataset.kind if dataset else ""
+    )
     rows: list[tuple[Any, Any, bool]] = [(None, None, False)]
     if dataset is not None:
         rows = await _load_rows(runtime, dataset)
@@ -138,14 +144,18 @@ async def run_eval(
     async def score(index: int) -> RowResult:
         async with slots:
             value, expected, has_expected = rows[index]
-            result = results[index] = await _score_row(runtime, metric, index, value, expected, has_expected)
+            result = results[index] = await _score_row(
+                runtime, metric, index, value, expected, has_expected
+            )
             if on_row is not None:
                 on_row(result)
             return result
 
     async with Scheduler(limiter) as scheduler:
         for index in range(len(rows)):
-            await scheduler.spawn(index, f"{runtime.program.path}:{suite.span.line}", functools.partial(score, index))
+            await scheduler.spawn(
+                index, f"{runtime.program.path}:{suite.span.line}", functools.partial(score, index)
+            )
     report.rows = [r for r in results if r is not None]
     return report
 
@@ -153,27 +163,44 @@ async def run_eval(
 async def _load_rows(runtime: SuiteRuntime, dataset: ast.EvalData) -> list[tuple[Any, Any, bool]]:
     """The dataset as (input, expected, has_expected) rows."""
     try:
-        value = await runtime.interpreter.evaluate_value(dataset.value, runtime.frame(), native_call=False)
+        value = await runtime.interpreter.evaluate_value(
+            dataset.value, runtime.frame(), native_call=False
+        )
     except KediError as error:
-        message = f"loading `> {dataset.kind}: {dataset.name}` failed: {getattr(error, 'message', error)}"
+        message = (
+            f"loading `> {dataset.kind}: {dataset.name}` failed: {getattr(error, 'message', error)}"
+        )
         raise _data_error(runtime, dataset, message) from None
     if isinstance(value, str | bytes):
-        raise _data_error(runtime, dataset, f"`> {dataset.kind}: {dataset.name}` must return a list of rows, not a string")
+        raise _data_error(
+            runtime,
+            dataset,
+            f"`> {dataset.kind}: {dataset.name}` must return a list of rows, not a string",
+        )
     if isinstance(value, dict):
-        return [(k, v, True) if isinstance(v, dict) else ((k, v), None, False) for k, v in value.items()]
+        return [
+            (k, v, True) if isinstance(v, dict) else ((k, v), None, False) for k, v in value.items()
+        ]
     try:
         items = list(value)
     except TypeError:
         message = f"`> {dataset.kind}: {dataset.name}` must return an iterable, not {type(value).__name__}"
         raise _data_error(runtime, dataset, message) from None
     return [
-        (row[0], row[1], row[1] is not None) if isinstance(row, tuple) and len(row) == 2 else (row, None, False)
+        (row[0], row[1], row[1] is not None)
+        if isinstance(row, tuple) and len(row) == 2
+        else (row, None, False)
         for row in items
     ]
 
 
 async def _score_row(
-    runtime: SuiteRuntime, metric: ast.EvalMetric, index: int, value: Any, expected: Any, has_expected: bool
+    runtime: SuiteRuntime,
+    metric: ast.EvalMetric,
+    index: int,
+    value: Any,
+    expected: Any,
+    has_expected: bool,
 ) -> RowResult:
     scope = Scope(runtime.interpreter.module_scope)
     if metric.dataset is not None:
@@ -184,14 +211,18 @@ async def _score_row(
     USAGE.set(usage)  # this task's own context: its calls add here
     started = time.perf_counter()
     try:
-        outcome = await runtime.interpreter.evaluate_value(metric.value, Frame(scope, runtime.agent, None), native_call=False)
+        outcome = await runtime.interpreter.evaluate_value(
+            metric.value, Frame(scope, runtime.agent, None), native_call=False
+        )
         score, feedback = metric_score(outcome)
     except Exception as exc:  # an error in one row scores 0.0 (spec §10)
         message = getattr(exc, "message", None) or str(exc)
         score, feedback = 0.0, f"error: {type(exc).__name__}: {message}"
     seconds = time.perf_counter() - started
     tokens = sum(u.input_tokens + u.output_tokens for u in usage)
-    return RowResult(index, value, expected if has_expected else None, score, feedback, tokens, seconds)
+    return RowResult(
+        index, value, expected if has_expected else None, score, feedback, tokens, seconds
+    )
 
 
 def metric_score(outcome: Any) -> tuple[float, str | None]:
@@ -205,7 +236,9 @@ def metric_score(outcome: Any) -> tuple[float, str | None]:
         return (1.0 if outcome else 0.0), None
     if isinstance(outcome, int | float):
         return float(outcome), None
-    raise TypeError(f"a metric must return a bool, a number or (score, feedback), not {type(outcome).__name__}")
+    raise TypeError(
+        f"a metric must return a bool, a number or (score, feedback), not {type(outcome).__name__}"
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -51,7 +51,9 @@ class ModuleInstances:
             value = child.find(name, child.module_scope)
             if value is UNBOUND:
                 ended = next((n for n in linked.module.body if isinstance(n, ast.Return)), None)
-                why = f": its top-level `=` at line {ended.span.line} ended it first" if ended else ""
+                why = (
+                    f": its top-level `=` at line {ended.span.line} ended it first" if ended else ""
+                )
                 raise KediNameError(
                     f"module `{linked.source.path}` exports `{name}`, but its top level never bound it{why}",
                     frames=trace.current_frames(),

@@ -195,9 +195,13 @@ class Interpreter:
             plan = self.calls.plan(self, frame.agent)
             output = site.output_spec(annotations) if annotations else None
             if plan.history:
-                result = await self.calls.execute(self.calls.prepare(plan, output, site.origin), (prompt, instructions))
+                result = await self.calls.execute(
+                    self.calls.prepare(plan, output, site.origin), (prompt, instructions)
+                )
             else:
-                result = (await self.calls.send(plan, output, site.origin, (prompt, instructions))).value
+                result = (
+                    await self.calls.send(plan, output, site.origin, (prompt, instructions))
+                ).value
             if site.target is not None:
                 self.bind(frame, site.target, result, node.span)
             else:
@@ -216,11 +220,17 @@ class Interpreter:
         entry = site.trace
         if entry is None or entry.procedure_name != procedure:
             span = site.node.span
-            entry = site.trace = trace.entry("template", span, procedure=procedure, snippet=self.snippet(span))
+            entry = site.trace = trace.entry(
+                "template", span, procedure=procedure, snippet=self.snippet(span)
+            )
         return entry
 
     async def _schedule_call(
-        self, node: ast.Template | ast.RawInvoke, site: CallSite, annotations: tuple[Any, ...], frame: Frame
+        self,
+        node: ast.Template | ast.RawInvoke,
+        site: CallSite,
+        annotations: tuple[Any, ...],
+        frame: Frame,
     ) -> None:
         """Schedule a call (parallel mode) and bind its outputs as promises of its `ScheduledCall`.
 
@@ -236,7 +246,10 @@ class Interpreter:
         instructions = "" if system is None else system.text
         texts: Texts
         if site.prompt is not None and instructions is not None:
-            texts = (site.prompt, instructions)  # both rendered ahead: nothing to render or snapshot
+            texts = (
+                site.prompt,
+                instructions,
+            )  # both rendered ahead: nothing to render or snapshot
         elif self._calls_procedures((*site.rows, *(system.rows if system else ())), frame):
             texts = await self._render_texts(site, system, frame)
         else:
@@ -260,7 +273,9 @@ class Interpreter:
                 raise trace.wrap(exc) from exc
 
         frame.sequence += 1
-        token = trace.push(self._trace_entry(site, frame.procedure))  # the task copies the stack now
+        token = trace.push(
+            self._trace_entry(site, frame.procedure)
+        )  # the task copies the stack now
         try:
             call = await scheduler.spawn(frame.sequence, site.origin, run_call)
         finally:
@@ -271,7 +286,9 @@ class Interpreter:
         for capture in site.captures:
             self.bind(frame, capture.name, KediPromise(call, capture.name), node.span)
 
-    async def _render_texts(self, site: CallSite, system: SystemText | None, frame: Frame) -> tuple[str, str]:
+    async def _render_texts(
+        self, site: CallSite, system: SystemText | None, frame: Frame
+    ) -> tuple[str, str]:
         """A call's prompt and `> system:` instructions ("" without one), in that order.
 
         Text that substitutes nothing was rendered once, at the call site or
@@ -301,7 +318,9 @@ class Interpreter:
 
     async def _assign(self, node: ast.Assign, frame: Frame) -> None:
         kind = "assignment block" if isinstance(node.value, ast.Fence) else "assignment"
-        with trace.frame(kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+        with trace.frame(
+            kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure
+        ):
             self._check_assignable(node.target, frame)
             value = await self.evaluate_value(node.value, frame, native_call=True)
             annotation = self.resolve_type_in(node.type, frame.scope)
@@ -310,15 +329,24 @@ class Interpreter:
 
     async def _return(self, node: ast.Return, frame: Frame) -> Outcome:
         kind = "return block" if isinstance(node.value, ast.Fence) else "return"
-        with trace.frame(kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+        with trace.frame(
+            kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure
+        ):
             return True, await self.evaluate_value(node.value, frame, native_call=False)
 
     async def _python_statement(self, node: ast.PythonStatement, frame: Frame) -> None:
-        with trace.frame("python statement", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+        with trace.frame(
+            "python statement",
+            node.span,
+            snippet=self.snippet(node.span),
+            procedure=frame.procedure,
+        ):
             await self.execute_python(node.code, frame)
 
     async def _python_block(self, node: ast.PythonBlock, frame: Frame) -> None:
-        with trace.frame("fenced python", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+        with trace.frame(
+            "fenced python", node.span, snippet=self.snippet(node.span), procedure=frame.procedure
+        ):
             await self.execute_python(node.code, frame)
 
     async def _procedure(self, node: ast.Procedure, frame: Frame) -> None:
@@ -332,7 +360,9 @@ class Interpreter:
 
     async def _custom_type(self, node: ast.CustomType, frame: Frame) -> None:
         self._check_assignable(node.name, frame)
-        with trace.frame("type expression", node.span, snippet=self.snippet(node.span), procedure=frame.procedure):
+        with trace.frame(
+            "type expression", node.span, snippet=self.snippet(node.span), procedure=frame.procedure
+        ):
             namespace = self.namespace(frame)
             try:
                 model = build_custom_type(
@@ -347,14 +377,18 @@ class Interpreter:
         frame.scope.vars[node.name] = model
 
     async def _directive(self, node: ast.Directive, frame: Frame) -> None:
-        with trace.frame("directive", node.span, label=f"directive {node.name}", snippet=self.snippet(node.span)):
+        with trace.frame(
+            "directive", node.span, label=f"directive {node.name}", snippet=self.snippet(node.span)
+        ):
             frame.agent = await self.apply_directive(node, frame.agent, frame)
 
     async def _system(self, node: ast.SystemDirective, frame: Frame) -> None:
         frame.agent = replace(frame.agent, system=SystemText(node.rows))
 
     async def _use(self, node: ast.Use, frame: Frame) -> None:
-        with trace.frame("directive", node.span, label="directive use", snippet=self.snippet(node.span)):
+        with trace.frame(
+            "directive", node.span, label="directive use", snippet=self.snippet(node.span)
+        ):
             frame.agent = self.apply_use(node, frame.agent, frame)
 
     async def _profile(self, node: ast.ProfileDef, frame: Frame) -> None:
@@ -371,13 +405,19 @@ class Interpreter:
                 member_frame.agent = replace(member_frame.agent, system=SystemText(member.rows))
                 members.add("system")
             else:
-                member_frame.agent = await self.apply_directive(member, member_frame.agent, member_frame)
+                member_frame.agent = await self.apply_directive(
+                    member, member_frame.agent, member_frame
+                )
                 members.add(member.name)
         doc = node.docstring.text if node.docstring else None
-        frame.scope.vars[node.name] = Profile(node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc)
+        frame.scope.vars[node.name] = Profile(
+            node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc
+        )
 
     async def _import(self, node: ast.Import, frame: Frame) -> None:
-        with trace.frame("import", node.span, label=f"import {node.module}", snippet=self.snippet(node.span)):
+        with trace.frame(
+            "import", node.span, label=f"import {node.module}", snippet=self.snippet(node.span)
+        ):
             frame.scope.vars.update(await run_import(node, self))
 
     async def _declaration_only(self, node: Any, frame: Frame) -> None:
@@ -393,11 +433,15 @@ class Interpreter:
 
     # ================================================================== directives
 
-    async def apply_directive(self, node: ast.Directive, agent: AgentState, frame: Frame) -> AgentState:
+    async def apply_directive(
+        self, node: ast.Directive, agent: AgentState, frame: Frame
+    ) -> AgentState:
         """Return the agent state after `node` (a one-line or configuration directive)."""
         name = node.name
         if name in NOT_YET_SUPPORTED:
-            raise KediExecutionError(f"`> {name}:` is not supported yet", frames=trace.current_frames())
+            raise KediExecutionError(
+                f"`> {name}:` is not supported yet", frames=trace.current_frames()
+            )
         if name == "settings":
             settings = {}
             for entry in node.config:
@@ -414,9 +458,13 @@ class Interpreter:
             return replace(agent, model=text)
         if name == "effort":
             if text not in EFFORTS:
-                raise ValueError(f"invalid effort {text!r}; use one of {', '.join(sorted(EFFORTS))}")
+                raise ValueError(
+                    f"invalid effort {text!r}; use one of {', '.join(sorted(EFFORTS))}"
+                )
             return replace(agent, effort=text)
-        raise KediExecutionError(f"`> {name}:` is not supported here", frames=trace.current_frames())
+        raise KediExecutionError(
+            f"`> {name}:` is not supported here", frames=trace.current_frames()
+        )
 
     async def directive_value(self, node: ast.Directive, frame: Frame) -> Any:
         """The value of a one-line directive: native for a sole backtick, else text."""
@@ -454,7 +502,9 @@ class Interpreter:
             try:
                 value = self.lookup(use.name, frame.scope)
             except KeyError:
-                raise KediNameError(f"unknown name `{use.name}` in `> use:`", frames=trace.current_frames()) from None
+                raise KediNameError(
+                    f"unknown name `{use.name}` in `> use:`", frames=trace.current_frames()
+                ) from None
             if callable(value) and not isinstance(value, (type, Profile)):
                 agent = agent.with_tools({use.name: value})
             elif isinstance(value, Profile) and not node.block:
@@ -624,7 +674,9 @@ class Interpreter:
         except UnknownTypeError as exc:
             raise KediNameError(str(exc), frames=trace.current_frames(), original=exc) from None
         except TypeResolutionError as exc:
-            raise KediTypeExecutionError(str(exc), frames=trace.current_frames(), original=exc) from None
+            raise KediTypeExecutionError(
+                str(exc), frames=trace.current_frames(), original=exc
+            ) from None
         except PythonFailure as failure:
             raise self._python_error(failure) from None
 
@@ -639,7 +691,9 @@ class Interpreter:
         if expr is None:
             return str
         try:
-            return resolve_type(expr, lambda name: self._lookup_type_name(name, self.module_scope), _no_python)
+            return resolve_type(
+                expr, lambda name: self._lookup_type_name(name, self.module_scope), _no_python
+            )
         except Exception:
             return _source_text(expr)
 
@@ -652,7 +706,9 @@ class Interpreter:
                 message = f"{what}: the procedure ended without returning a value (declared `{type_label(annotation)}`)"
             else:
                 message = f"{what}: {exc}"
-            raise KediTypeExecutionError(message, frames=trace.current_frames(), original=exc) from None
+            raise KediTypeExecutionError(
+                message, frames=trace.current_frames(), original=exc
+            ) from None
 
     # ================================================================== python
 
@@ -675,7 +731,9 @@ class Interpreter:
 
     async def evaluate_python(self, code: ast.PythonCode, frame: Frame) -> Any:
         """Evaluate one Python expression (`` `expr` ``, `` <`expr`> ``, defaults)."""
-        with trace.frame("inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure):
+        with trace.frame(
+            "inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure
+        ):
             try:
                 await self._force_references(code, frame)
                 namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
@@ -683,14 +741,22 @@ class Interpreter:
                 if procedures is None:
                     return self.bridge.evaluate(code, namespace)
                 if procedures:
-                    return await self.bridge.evaluate_awaiting(code, namespace, procedures, self._call_from_python)
+                    return await self.bridge.evaluate_awaiting(
+                        code, namespace, procedures, self._call_from_python
+                    )
                 return await anyio.to_thread.run_sync(
-                    self.bridge.evaluate, code, namespace, limiter=self.python_threads, abandon_on_cancel=True
+                    self.bridge.evaluate,
+                    code,
+                    namespace,
+                    limiter=self.python_threads,
+                    abandon_on_cancel=True,
                 )
             except PythonFailure as failure:
                 raise self._python_error(failure) from None
 
-    async def execute_python(self, code: ast.PythonCode, frame: Frame, *, must_return: bool = False) -> Any:
+    async def execute_python(
+        self, code: ast.PythonCode, frame: Frame, *, must_return: bool = False
+    ) -> Any:
         """Run Python statements; sync writes to existing Kedi names back."""
         try:
             await self._force_references(code, frame)
@@ -699,10 +765,16 @@ class Interpreter:
             if procedures is None:
                 result = self.bridge.execute(code, namespace)
             elif procedures:
-                result = await self.bridge.execute_awaiting(code, namespace, procedures, self._call_from_python)
+                result = await self.bridge.execute_awaiting(
+                    code, namespace, procedures, self._call_from_python
+                )
             else:
                 result = await anyio.to_thread.run_sync(
-                    self.bridge.execute, code, namespace, limiter=self.python_threads, abandon_on_cancel=True
+                    self.bridge.execute,
+                    code,
+                    namespace,
+                    limiter=self.python_threads,
+                    abandon_on_cancel=True,
                 )
         except PythonFailure as failure:
             raise self._python_error(failure) from None
@@ -737,7 +809,11 @@ class Interpreter:
         """
         scope = frame.scope
         procedures = frozenset(
-            [name for name in self.bridge.references(code) if isinstance(self.find(name, scope), KediProcedure)]
+            [
+                name
+                for name in self.bridge.references(code)
+                if isinstance(self.find(name, scope), KediProcedure)
+            ]
         )
         if not procedures:
             return None
@@ -809,10 +885,20 @@ class Frame:
         return copy
 
 
-_PROFILE_MEMBERS = frozenset({"adapter", "model", "effort", "system", "settings", "history", "tools"})
-_BUILTIN_SHADOW_SAFE = frozenset({"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"})
+_PROFILE_MEMBERS = frozenset(
+    {"adapter", "model", "effort", "system", "settings", "history", "tools"}
+)
+_BUILTIN_SHADOW_SAFE = frozenset(
+    {"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"}
+)
 _DECLARATIONS = (
-    ast.Procedure, ast.CustomType, ast.ProfileDef, ast.Directive, ast.SystemDirective, ast.Use, ast.Import,
+    ast.Procedure,
+    ast.CustomType,
+    ast.ProfileDef,
+    ast.Directive,
+    ast.SystemDirective,
+    ast.Use,
+    ast.Import,
 )
 
 
@@ -850,11 +936,15 @@ def history_policy_from(values: Mapping[str, Any]) -> HistoryPolicy:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold <= 0:
             raise ValueError("`compaction_threshold` must be a positive integer")
         if mode == "disabled":
-            raise ValueError("`compaction_threshold` cannot be used with `compaction_mode: disabled`")
+            raise ValueError(
+                "`compaction_threshold` cannot be used with `compaction_mode: disabled`"
+            )
     bounds = {}
     for key in ("max_messages", "max_tokens"):
         bound = values.get(key)
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
+        ):
             raise ValueError(f"`{key}` must be a positive integer")
         bounds[key] = bound
     return HistoryPolicy(enabled, mode, threshold, **bounds)

@@ -102,7 +102,9 @@ class KediProcedure:
         async with run_scope():
             return await self.invoke(args, kwargs)
 
-    async def invoke(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], span: Any = None) -> Any:
+    async def invoke(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], span: Any = None
+    ) -> Any:
         """Bind and check the arguments, run the body, check the result."""
         node = self.node
         try:
@@ -128,7 +130,9 @@ class KediProcedure:
         scope = Scope(self.scope, params=frozenset(bound.arguments))
         interp = self.interpreter
         for name, value in bound.arguments.items():
-            scope.vars[name] = interp.check(types[name], value, f"argument `{name}` of `{node.name}`")
+            scope.vars[name] = interp.check(
+                types[name], value, f"argument `{name}` of `{node.name}`"
+            )
         with trace.frame(
             "procedure",
             node.span,

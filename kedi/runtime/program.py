@@ -52,6 +52,7 @@ class RunResult:
     conversation: Conversation
     """The conversation the run used: the one passed, a fork of it, or a new one."""
 
+
 if TYPE_CHECKING:
     from kedi.runtime.sessions import SessionRecorder
 
@@ -59,7 +60,9 @@ if TYPE_CHECKING:
 class Program:
     """A parsed and checked Kedi program, ready to run any number of times."""
 
-    def __init__(self, module: ast.Module, source: SourceFile, linked: LinkedModule | None = None) -> None:
+    def __init__(
+        self, module: ast.Module, source: SourceFile, linked: LinkedModule | None = None
+    ) -> None:
         self.module = module
         self.source = source
         self.linked = linked
@@ -80,7 +83,12 @@ class Program:
         model: Any = None,
         conversation: Conversation | None = None,
         parallel: Any = None,
-        transcript: str | Path | IO[str] | Callable[[dict[str, Any]], None] | Transcript | None = None,
+        transcript: str
+        | Path
+        | IO[str]
+        | Callable[[dict[str, Any]], None]
+        | Transcript
+        | None = None,
         hooks: Sequence[Callable[..., Any]] | None = None,
         history_processor: Callable[..., Any] | None = None,
         env: Mapping[str, Any] | None = None,
@@ -166,12 +174,16 @@ class Program:
     def _start(self, **options: Any) -> tuple[Interpreter, CallLayer]:
         defaults = config_module.current()
         transcript = options["transcript"]
-        workers = parse_parallel(options["parallel"] if options["parallel"] is not None else defaults.parallel)
+        workers = parse_parallel(
+            options["parallel"] if options["parallel"] is not None else defaults.parallel
+        )
         layer = CallLayer(
             adapter=options["adapter"] if options["adapter"] is not None else defaults.adapter,
             model=options["model"] if options["model"] is not None else defaults.model,
             conversation=options["conversation"],
-            transcript=transcript if isinstance(transcript, Transcript | None) else Transcript(transcript),
+            transcript=transcript
+            if isinstance(transcript, Transcript | None)
+            else Transcript(transcript),
             hooks=tuple(defaults.user_prompt_submit) + tuple(options["hooks"] or ()),
             history_processor=options["history_processor"] or defaults.history_processor,
             quiet=options["quiet"],
@@ -180,8 +192,14 @@ class Program:
         )
         env = {**defaults.env, **(options["env"] or {})}
         interpreter = Interpreter(
-            self.module, self.source, args=options["args"], env=env, calls=layer, parallel=workers,
-            linked=self.linked, compiled=self._compiled,
+            self.module,
+            self.source,
+            args=options["args"],
+            env=env,
+            calls=layer,
+            parallel=workers,
+            linked=self.linked,
+            compiled=self._compiled,
         )
         layer.limiter = interpreter.limiter
         return interpreter, layer
@@ -190,8 +208,16 @@ class Program:
         """The top-level procedures as Python callables (async form of `procedures`)."""
         if self._procedures is None:
             interpreter, _ = self._start(
-                args=None, adapter=None, model=None, conversation=None, parallel=None,
-                transcript=None, hooks=None, history_processor=None, env=None, quiet=True,
+                args=None,
+                adapter=None,
+                model=None,
+                conversation=None,
+                parallel=None,
+                transcript=None,
+                hooks=None,
+                history_processor=None,
+                env=None,
+                quiet=True,
             )
             await interpreter.run_module(declarations_only=True)
             self._procedures = {
@@ -220,7 +246,9 @@ def _checked_id(name: str, value: str | None) -> str | None:
     return value
 
 
-def _run_conversation(conversation: Conversation | None, conversation_id: str | None) -> Conversation | None:
+def _run_conversation(
+    conversation: Conversation | None, conversation_id: str | None
+) -> Conversation | None:
     """The conversation a run uses: see `Program.run` (`conversation_id` forks a passed one)."""
     conversation_id = _checked_id("conversation_id", conversation_id)
     if conversation_id is None:
@@ -232,7 +260,9 @@ def _run_conversation(conversation: Conversation | None, conversation_id: str | 
     return conversation.fork(conversation_id)
 
 
-def initial_agent(system: str | None, effort: str | None, settings: Mapping[str, Any]) -> AgentState:
+def initial_agent(
+    system: str | None, effort: str | None, settings: Mapping[str, Any]
+) -> AgentState:
     """The agent state a run starts from (API defaults; directives override it)."""
     agent = AgentState(effort=effort).with_settings(settings)
     if system:
@@ -242,7 +272,11 @@ def initial_agent(system: str | None, effort: str | None, settings: Mapping[str,
 
 
 def compile_program(
-    source: str, *, path: str | None = None, fragment: bool = False, known_globals: Sequence[str] = ()
+    source: str,
+    *,
+    path: str | None = None,
+    fragment: bool = False,
+    known_globals: Sequence[str] = (),
 ) -> Program:
     """Parse and check `source`; return a runnable `Program`.
 

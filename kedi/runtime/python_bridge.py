@@ -196,7 +196,11 @@ class PythonBridge:
             interrupts.python.running -= 1
 
     async def evaluate_awaiting(
-        self, code: PythonCode, namespace: dict[str, Any], procedures: frozenset[str], call: ProcedureCall
+        self,
+        code: PythonCode,
+        namespace: dict[str, Any],
+        procedures: frozenset[str],
+        call: ProcedureCall,
     ) -> Any:
         """Evaluate an expression whose direct calls of `procedures` are awaited on the event loop.
 
@@ -247,7 +251,11 @@ class PythonBridge:
         return ExecResult(returned, value, _writes(namespace, before))
 
     async def execute_awaiting(
-        self, code: PythonCode, namespace: dict[str, Any], procedures: frozenset[str], call: ProcedureCall
+        self,
+        code: PythonCode,
+        namespace: dict[str, Any],
+        procedures: frozenset[str],
+        call: ProcedureCall,
     ) -> ExecResult:
         """`execute`, with direct calls of `procedures` awaited as in `evaluate_awaiting`.
 
@@ -302,8 +310,14 @@ class PythonBridge:
             tree = _parse_leniently(_source(code), self._filename(code), "exec")
             finder = _CallFinder()
             finder.visit(tree)
-            callers = self._callers[code] = _Callers(frozenset(finder.awaitable), frozenset(finder.other))
-        return names <= callers.awaitable and callers.other.isdisjoint(names) and not self.reads_dynamically(code)
+            callers = self._callers[code] = _Callers(
+                frozenset(finder.awaitable), frozenset(finder.other)
+            )
+        return (
+            names <= callers.awaitable
+            and callers.other.isdisjoint(names)
+            and not self.reads_dynamically(code)
+        )
 
     # ------------------------------------------------------------------- compiling
 
@@ -314,7 +328,9 @@ class PythonBridge:
             error = SyntaxError(_EMPTY_EXPRESSION)
             raise PythonFailure(_EMPTY_EXPRESSION, error, self._trace(code, filename, 1))
         try:
-            compiled = compile(_parse_leniently(source, filename, "eval"), filename, "eval", dont_inherit=True)
+            compiled = compile(
+                _parse_leniently(source, filename, "eval"), filename, "eval", dont_inherit=True
+            )
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
         self._expressions[code] = compiled
@@ -359,7 +375,9 @@ class PythonBridge:
                 tree = _ReturnRewriter().visit(tree)
             tree = ast.fix_missing_locations(tree)
             flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-            compiled = self._awaiting[key] = compile(tree, filename, mode, flags=flags, dont_inherit=True)
+            compiled = self._awaiting[key] = compile(
+                tree, filename, mode, flags=flags, dont_inherit=True
+            )
         return compiled
 
     def _filename(self, code: PythonCode) -> str:
@@ -493,7 +511,9 @@ class _AwaitRewriter(ast.NodeTransformer):
     def _keep(self, node: ast.AST) -> ast.AST:
         return node  # `calls_only` sends code with procedure calls here to a worker thread
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_GeneratorExp = _keep
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = (
+        visit_GeneratorExp
+    ) = _keep
 
 
 def _released(call: ProcedureCall) -> ProcedureCall:

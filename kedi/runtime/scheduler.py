@@ -70,7 +70,9 @@ class KediPromise:
 
     __slots__ = ("_call", "_name", "_transform")
 
-    def __init__(self, call: ScheduledCall, name: str | None, transform: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, call: ScheduledCall, name: str | None, transform: Callable[[Any], Any] | None = None
+    ) -> None:
         object.__setattr__(self, "_call", call)
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_transform", transform)
@@ -182,7 +184,11 @@ class Scheduler:
                 self._log_once(other.error, "kedi: a concurrent model call also failed: %s")
         # The main flow often failed by awaiting a failed call's promise: that is the same failure.
         known = {id(call.error) for call in failures}
-        if exc is not None and id(exc) not in known and id(getattr(exc, "original", None)) not in known:
+        if (
+            exc is not None
+            and id(exc) not in known
+            and id(getattr(exc, "original", None)) not in known
+        ):
             self._log_once(exc, "kedi: %s")
         raise first  # type: ignore[misc]  # error is an Exception here; typed Any | None
 
@@ -194,7 +200,9 @@ class Scheduler:
             error._kedi_logged = True  # type: ignore[attr-defined]  # a marker attribute on the exception object
         log.warning(template, error)
 
-    async def spawn(self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]) -> ScheduledCall:
+    async def spawn(
+        self, sequence: int, origin: str, work: Callable[[], Awaitable[Any]]
+    ) -> ScheduledCall:
         """Start `work` now; return the call whose result its promises share."""
         if self._group is None:
             self._group = anyio.create_task_group()

@@ -26,7 +26,9 @@ class Scope:
 
     __slots__ = ("vars", "parent", "params", "is_module")
 
-    def __init__(self, parent: Scope | None = None, *, params: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, parent: Scope | None = None, *, params: frozenset[str] = frozenset()
+    ) -> None:
         self.vars: dict[str, Any] = {}
         self.parent = parent
         self.params = params

@@ -52,7 +52,9 @@ def render_request(adapter: Adapter, key: LaneKey, request: CallRequest) -> dict
         "prompt": request.prompt,
         "history": {
             "messages": len(request.history),
-            "digest": canonical_digest(dump_lane_messages(key, request.history, [adapter])) if request.history else "",
+            "digest": canonical_digest(dump_lane_messages(key, request.history, [adapter]))
+            if request.history
+            else "",
         },
         "output_schema": request.output.json_schema if request.output is not None else None,
         "tools": sorted(tool.name for tool in request.tools),
@@ -97,7 +99,11 @@ class SessionRecorder:
 
     def _candidates(self, key: LaneKey) -> list[int]:
         lane = encode_lane_key(key)
-        return [index for index, turn in enumerate(self._pool) if turn is not None and encode_lane_key(turn.lane) == lane]
+        return [
+            index
+            for index, turn in enumerate(self._pool)
+            if turn is not None and encode_lane_key(turn.lane) == lane
+        ]
 
     def recorded_ids(self, key: LaneKey) -> tuple[str, str] | None:
         """The run and call ids the next served call on this lane had (so transcripts replay exactly)."""
@@ -112,7 +118,9 @@ class SessionRecorder:
         call_id = exchanges[0].get("call_id") if exchanges else None
         return turn.run_id, call_id if isinstance(call_id, str) and call_id else new_id()
 
-    def _take(self, adapter: Adapter, key: LaneKey, request: CallRequest, rendered: dict[str, Any]) -> TurnRecord | None:
+    def _take(
+        self, adapter: Adapter, key: LaneKey, request: CallRequest, rendered: dict[str, Any]
+    ) -> TurnRecord | None:
         candidates = self._candidates(key)
         for index in candidates:
             turn = self._pool[index]
@@ -141,7 +149,14 @@ class SessionRecorder:
             "(re-record with --record):\n" + "\n".join(diff)
         )
 
-    def _serve(self, adapter: Adapter, key: LaneKey, request: CallRequest, turn: TurnRecord, lane: Lane | None) -> CallResult:
+    def _serve(
+        self,
+        adapter: Adapter,
+        key: LaneKey,
+        request: CallRequest,
+        turn: TurnRecord,
+        lane: Lane | None,
+    ) -> CallResult:
         if request.on_exchange is not None:
             for item in turn.exchanges:
                 request.on_exchange(
@@ -152,7 +167,11 @@ class SessionRecorder:
                         tools=tuple(item.get("tools") or ()),
                     )
                 )
-        value = turn.value if request.output is None else request.output.validate_json(json.dumps(turn.value))
+        value = (
+            turn.value
+            if request.output is None
+            else request.output.validate_json(json.dumps(turn.value))
+        )
         rewritten = None
         if turn.rewritten is not None:
             rewritten = tuple(load_lane_messages(key, turn.rewritten, [adapter]))
@@ -160,9 +179,16 @@ class SessionRecorder:
         return CallResult(
             value=value,
             new_messages=tuple(load_lane_messages(key, turn.messages, [adapter])),
-            usage=Usage(**{name: int(turn.usage.get(name, 0)) for name in ("input_tokens", "output_tokens", "requests", "tool_calls")}),
+            usage=Usage(
+                **{
+                    name: int(turn.usage.get(name, 0))
+                    for name in ("input_tokens", "output_tokens", "requests", "tool_calls")
+                }
+            ),
             rewritten_history=rewritten,
-            rewrites=max(turn.epoch - (lane.epoch if lane is not None else 0), 0) if rewritten is not None else 0,
+            rewrites=max(turn.epoch - (lane.epoch if lane is not None else 0), 0)
+            if rewritten is not None
+            else 0,
         )
 
     # ---------------------------------------------------------------- one call
@@ -189,9 +215,13 @@ class SessionRecorder:
 
         def capture(exchange: Exchange) -> None:
             exchanges.append(
-                {"messages": list(exchange.messages), "response": exchange.response,
-                 "output_schema": exchange.output_schema, "tools": list(exchange.tools),
-                 "call_id": request.call_id}
+                {
+                    "messages": list(exchange.messages),
+                    "response": exchange.response,
+                    "output_schema": exchange.output_schema,
+                    "tools": list(exchange.tools),
+                    "call_id": request.call_id,
+                }
             )
             if sink is not None:
                 sink(exchange)
@@ -219,14 +249,21 @@ class SessionRecorder:
         assert self.store is not None
         self.store.commit_turn(turn)
 
-    def _resumed(self, adapter: Adapter, key: LaneKey, request: CallRequest, lane: Lane | None) -> CallRequest | None:
+    def _resumed(
+        self, adapter: Adapter, key: LaneKey, request: CallRequest, lane: Lane | None
+    ) -> CallRequest | None:
         """The first live call on the failed call's lane continues from its partial messages.
 
         The lane key includes the tool contract, so a tool-using call's partial
         goes back to the lane of the same tools. Returns the changed request.
         """
         failure = self._resume
-        if failure is None or lane is None or failure.get("lane") != encode_lane_key(key) or not failure.get("messages"):
+        if (
+            failure is None
+            or lane is None
+            or failure.get("lane") != encode_lane_key(key)
+            or not failure.get("messages")
+        ):
             return None
         self._resume = None
         history = tuple(load_lane_messages(key, failure["messages"], [adapter]))
@@ -243,7 +280,9 @@ class SessionRecorder:
         exchanges: list[dict[str, Any]],
     ) -> TurnRecord:
         if not self.model_label:
-            self.model_label = key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
+            self.model_label = (
+                key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
+            )
         history_on = lane is not None
         rewritten = result.rewritten_history
         epoch = 0

@@ -76,7 +76,10 @@ class CallSite:
         self.target = node.target if isinstance(node, ast.RawInvoke) else None
         """The name a raw invoke `[x] << ...` binds its reply to; None for a template."""
         self.captures = tuple(
-            CaptureType(segment) for row in rows for segment in row.segments if isinstance(segment, ast.Capture)
+            CaptureType(segment)
+            for row in rows
+            for segment in row.segments
+            if isinstance(segment, ast.Capture)
         )
         """The output fields, in source order."""
         self.prompt = constant_text(rows)
@@ -90,7 +93,12 @@ class CallSite:
         """The output schema for these capture annotations (rebuilt only when one is a different object)."""
         cached = self._output
         if cached is None or not all(map(operator.is_, cached[0], annotations)):
-            spec = output_spec([(capture.name, annotation) for capture, annotation in zip(self.captures, annotations, strict=True)])
+            spec = output_spec(
+                [
+                    (capture.name, annotation)
+                    for capture, annotation in zip(self.captures, annotations, strict=True)
+                ]
+            )
             cached = self._output = (annotations, spec)
         return cached[1]
 

@@ -61,7 +61,9 @@ class SuiteRuntime:
     """The agent state the top level ended in (procedures keep their own)."""
 
     @classmethod
-    async def start(cls, program: Program, *, model: str | None = None, adapter: Any = None, parallel: int = 0) -> SuiteRuntime:
+    async def start(
+        cls, program: Program, *, model: str | None = None, adapter: Any = None, parallel: int = 0
+    ) -> SuiteRuntime:
         """Run `program`'s top level (not its returns or suites) and keep its bindings."""
         layer = MeteredCallLayer(adapter=adapter, model=model or "offline", quiet=True)
         interpreter = Interpreter(
@@ -141,9 +143,13 @@ async def run_case(runtime: SuiteRuntime, suite: ast.TestSuite, case: ast.TestCa
     path = runtime.program.source.path
     try:
         code = compile(_rewritten(case.body), path, "exec")
-    except SyntaxError as exc:  # the case's Python does not compile: fail this case only, at its line
+    except (
+        SyntaxError
+    ) as exc:  # the case's Python does not compile: fail this case only, at its line
         line = exc.lineno or case.body.first_line
-        return CaseResult(path, suite.procedure, case.name, case.span.line, False, f"SyntaxError: {exc.msg}", line)
+        return CaseResult(
+            path, suite.procedure, case.name, case.span.line, False, f"SyntaxError: {exc.msg}", line
+        )
     namespace = runtime.interpreter.namespace(runtime.frame())
     namespace["__kedi_fail__"] = CaseFailure
     started = time.perf_counter()
@@ -160,12 +166,23 @@ async def run_case(runtime: SuiteRuntime, suite: ast.TestSuite, case: ast.TestCa
             failure = f"AssertionError: {exc.explain()}"
         else:
             failure = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
-        return CaseResult(path, suite.procedure, case.name, case.span.line, False, failure, line, seconds)
-    return CaseResult(path, suite.procedure, case.name, case.span.line, True, seconds=time.perf_counter() - started)
+        return CaseResult(
+            path, suite.procedure, case.name, case.span.line, False, failure, line, seconds
+        )
+    return CaseResult(
+        path,
+        suite.procedure,
+        case.name,
+        case.span.line,
+        True,
+        seconds=time.perf_counter() - started,
+    )
 
 
 def _failing_line(exc: BaseException, path: str) -> int | None:
-    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == path]
+    lines = [
+        frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == path
+    ]
     return lines[-1] if lines else None
 
 
@@ -193,7 +210,9 @@ class _AssertRewriter(python_ast.NodeTransformer):
         if isinstance(test, python_ast.Compare) and len(test.ops) == 1:
             left, right = _temp("left", test.left, node), _temp("right", test.comparators[0], node)
             temps += [left[0], right[0]]
-            condition: python_ast.expr = python_ast.Compare(left=left[1], ops=test.ops, comparators=[right[1]])
+            condition: python_ast.expr = python_ast.Compare(
+                left=left[1], ops=test.ops, comparators=[right[1]]
+            )
             details = [
                 _detail(f"left  ({python_ast.unparse(test.left)})", left[1]),
                 _detail(f"right ({python_ast.unparse(test.comparators[0])})", right[1]),
@@ -203,7 +222,10 @@ class _AssertRewriter(python_ast.NodeTransformer):
             temps.append(value[0])
             condition = value[1]
             details = [] if isinstance(test, python_ast.Name) else [_detail("value", value[1])]
-            details += [_detail(name, python_ast.Name(id=name, ctx=python_ast.Load())) for name in _plain_names(test)]
+            details += [
+                _detail(name, python_ast.Name(id=name, ctx=python_ast.Load()))
+                for name in _plain_names(test)
+            ]
         failure = python_ast.Raise(
             exc=python_ast.Call(
                 func=python_ast.Name(id="__kedi_fail__", ctx=python_ast.Load()),
@@ -216,16 +238,24 @@ class _AssertRewriter(python_ast.NodeTransformer):
             ),
             cause=None,
         )
-        check = python_ast.If(test=python_ast.UnaryOp(op=python_ast.Not(), operand=condition), body=[failure], orelse=[])
+        check = python_ast.If(
+            test=python_ast.UnaryOp(op=python_ast.Not(), operand=condition),
+            body=[failure],
+            orelse=[],
+        )
         statements = [*temps, check]
         for statement in statements:
             python_ast.copy_location(statement, node)
         return statements
 
 
-def _temp(label: str, value: python_ast.expr, at: python_ast.AST) -> tuple[python_ast.stmt, python_ast.Name]:
+def _temp(
+    label: str, value: python_ast.expr, at: python_ast.AST
+) -> tuple[python_ast.stmt, python_ast.Name]:
     name = f"__kedi_{label}_{getattr(at, 'lineno', 0)}_{getattr(at, 'col_offset', 0)}"
-    assign = python_ast.Assign(targets=[python_ast.Name(id=name, ctx=python_ast.Store())], value=value)
+    assign = python_ast.Assign(
+        targets=[python_ast.Name(id=name, ctx=python_ast.Store())], value=value
+    )
     return assign, python_ast.Name(id=name, ctx=python_ast.Load())
 
 
@@ -239,7 +269,9 @@ def _plain_names(test: python_ast.expr) -> Iterator[str]:
     seen: set[str] = set()
     for node in python_ast.walk(test):
         if isinstance(node, python_ast.Name) and id(node) not in called and node.id not in seen:
-            if not hasattr(builtins, node.id):  # `__builtins__` is a dict outside __main__: ask the module
+            if not hasattr(
+                builtins, node.id
+            ):  # `__builtins__` is a dict outside __main__: ask the module
                 seen.add(node.id)
                 yield node.id
 
@@ -259,7 +291,9 @@ def selector(expression: str | None) -> Callable[[str], bool]:
             repr(token.lower() in name.lower()) if token in words else token for token in tokens
         ]
         try:
-            return bool(eval(" ".join(parts), {"__builtins__": {}}))  # only True/False/and/or/not/parens
+            return bool(
+                eval(" ".join(parts), {"__builtins__": {}})
+            )  # only True/False/and/or/not/parens
         except SyntaxError:
             raise ValueError(f"invalid -k expression: {expression!r}") from None
 

@@ -132,10 +132,11 @@ class ToolBuilder:
                 continue
             annotation = hints.get(parameter.name, Any)
             default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-            fields[parameter.name] = (annotation, Field(default, description=arg_docs.get(parameter.name)))
-        model = create_model(
-            tool_name, __config__=ConfigDict(extra="forbid"), **fields
-        )
+            fields[parameter.name] = (
+                annotation,
+                Field(default, description=arg_docs.get(parameter.name)),
+            )
+        model = create_model(tool_name, __config__=ConfigDict(extra="forbid"), **fields)
         schema = model.model_json_schema()
         schema.setdefault("additionalProperties", False)
         return_annotation = hints.get("return", Any)
@@ -188,13 +189,16 @@ def _unresolved_hint(target: Any, signature: inspect.Signature) -> tuple[str, st
     return None
 
 
-def _handler(target: Any, tool_name: str, model: Any, retries: int) -> Callable[[Mapping[str, Any]], Any]:
+def _handler(
+    target: Any, tool_name: str, model: Any, retries: int
+) -> Callable[[Mapping[str, Any]], Any]:
     async def handle(arguments: Mapping[str, Any]) -> Any:
         try:
             validated = model.model_validate(dict(arguments))
         except ValidationError as error:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in error.errors()
             )
             logger.info("kedi: tool %s was called with invalid arguments: %s", tool_name, problems)
             raise ToolArgumentsError(f"invalid arguments: {problems}") from None
@@ -214,8 +218,12 @@ def _handler(target: Any, tool_name: str, model: Any, retries: int) -> Callable[
                 last = attempt + 1 >= attempts
                 logger.info(
                     "kedi: tool %s failed (attempt %d of %d%s): %s: %s",
-                    tool_name, attempt + 1, attempts, "; the model gets the error" if last else "; retrying",
-                    type(error).__name__, error,
+                    tool_name,
+                    attempt + 1,
+                    attempts,
+                    "; the model gets the error" if last else "; retrying",
+                    type(error).__name__,
+                    error,
                 )
                 if last:
                     raise

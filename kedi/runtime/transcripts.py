@@ -72,7 +72,11 @@ class LinearRecords:
         if not isinstance(lane, str) or not isinstance(messages, list):
             return record
         previous = self._last.get(lane)
-        base = [*messages, record["response"]] if _is_message(record.get("response")) else list(messages)
+        base = (
+            [*messages, record["response"]]
+            if _is_message(record.get("response"))
+            else list(messages)
+        )
         self._last[lane] = (record["index"], base)
         if previous is None:
             return record
@@ -125,7 +129,9 @@ def read_transcript(path: str | os.PathLike[str]) -> TranscriptRead:
         with open(path, "rb") as file:
             lines = file.read().split(b"\n")
     except OSError as error:
-        raise KediUsageError(f"cannot read transcript {os.fspath(path)}: {error.strerror or error}") from None
+        raise KediUsageError(
+            f"cannot read transcript {os.fspath(path)}: {error.strerror or error}"
+        ) from None
     records: list[dict[str, Any]] = []
     torn = None
     ended = lines[-1] == b""  # the file ends with a line end
@@ -137,7 +143,9 @@ def read_transcript(path: str | os.PathLike[str]) -> TranscriptRead:
         elif number == len(body) and not ended:
             torn = f"{os.fspath(path)}:{number}: skipped a torn last record ({len(line)} bytes; the writer was killed mid-line)"
         elif line.strip():
-            raise KediUsageError(f"{os.fspath(path)}:{number}: not a transcript record (a JSON object)")
+            raise KediUsageError(
+                f"{os.fspath(path)}:{number}: not a transcript record (a JSON object)"
+            )
     return TranscriptRead(records, torn)
 
 
@@ -175,4 +183,12 @@ def expand_records(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]
         yield record
 
 
-__all__ = ["REFERENCE", "LinearRecords", "TranscriptRead", "encode_line", "expand_records", "read_transcript", "write_line"]
+__all__ = [
+    "REFERENCE",
+    "LinearRecords",
+    "TranscriptRead",
+    "encode_line",
+    "expand_records",
+    "read_transcript",
+    "write_line",
+]

@@ -266,15 +266,19 @@ def analyse_grammar() -> dict[str, Any]:
         tuple(terminal.name for terminal in lexers[state].terminals) for state in range(count)
     ]
     _take_appends(actions, rules, lexer_terminals)
-    return _plain({
-        "start_state": conf.start_state,
-        "actions": actions,
-        "gotos": gotos,
-        "rules": rules,
-        "lexer_terminals": lexer_terminals,
-        "patterns": {terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals},
-        "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]  # Lark's ContextualLexer attributes are untyped
-    })
+    return _plain(
+        {
+            "start_state": conf.start_state,
+            "actions": actions,
+            "gotos": gotos,
+            "rules": rules,
+            "lexer_terminals": lexer_terminals,
+            "patterns": {
+                terminal.name: terminal.pattern.to_regexp() for terminal in parser.terminals
+            },
+            "root_terminals": tuple(t.name for t in contextual.root_lexer.terminals),  # type: ignore[attr-defined]  # Lark's ContextualLexer attributes are untyped
+        }
+    )
 
 
 def _sole_reduction(row: dict[str, int]) -> int | None:

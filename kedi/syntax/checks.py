@@ -84,7 +84,11 @@ def check_module(
     if source is not None:
         lines: dict[int, str] = {}  # one string per line, however many problems it has
         found = [
-            replace(d, source_line=lines.get(d.span.line) or lines.setdefault(d.span.line, source.line_text(d.span.line)))
+            replace(
+                d,
+                source_line=lines.get(d.span.line)
+                or lines.setdefault(d.span.line, source.line_text(d.span.line)),
+            )
             for d in found
         ]
     return sorted(found, key=lambda d: (d.span.line, d.span.column, d.message))
@@ -326,7 +330,20 @@ def _type_refs(expr: ast.TypeExpr | None) -> Iterator[_Ref]:
 
 
 BUILTIN_TYPE_NAMES = frozenset(
-    {"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set", "Union", "Optional"}
+    {
+        "str",
+        "int",
+        "float",
+        "bool",
+        "bytes",
+        "object",
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "Union",
+        "Optional",
+    }
     | {"Literal", "Annotated", "datetime", "date", "time", "timedelta", "Regex", "Email", "HttpUrl"}
     | {"FileUrl", "Any", "None"}
 )
@@ -919,7 +936,11 @@ def _check_suites(context: _Context) -> Iterator[Diagnostic]:
                 (f"{d.kind}:{d.name}", d.span, f"`> {d.kind}: {d.name}`") for d in suite.datasets
             ]
             yield from _check_metric(suite, label)
-        seen = cases_of.setdefault(suite.procedure, set()) if isinstance(suite, ast.TestSuite) else set()
+        seen = (
+            cases_of.setdefault(suite.procedure, set())
+            if isinstance(suite, ast.TestSuite)
+            else set()
+        )
         for key, span, shown in names:
             if key in seen:
                 yield Diagnostic(span, f"duplicate {shown} in {label}")

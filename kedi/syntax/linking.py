@@ -119,7 +119,9 @@ def check_and_link(
     """Parse, check and link a root program (what `kedi.compile` needs to run it)."""
     from kedi.syntax.checks import check_source
 
-    module = check_source(text, path, fragment=fragment, known_globals=tuple(known_globals), link_imports=False)
+    module = check_source(
+        text, path, fragment=fragment, known_globals=tuple(known_globals), link_imports=False
+    )
     return link(module, SourceFile(text, path))
 
 
@@ -171,7 +173,9 @@ class _Linker:
             raise KediCheckError(_located(problems, source))
         return linked
 
-    def _import(self, node: ast.Import, source: SourceFile, linked: LinkedModule) -> Iterator[Diagnostic]:
+    def _import(
+        self, node: ast.Import, source: SourceFile, linked: LinkedModule
+    ) -> Iterator[Diagnostic]:
         problem = path_problem(node.module)
         if problem is not None:
             yield Diagnostic(node.span, f"invalid module path: {problem}")
@@ -190,7 +194,9 @@ class _Linker:
             return
         try:
             child = self._load(found)
-        except OSError as exc:  # unreadable or not UTF-8: say so at the import, not with a traceback
+        except (
+            OSError
+        ) as exc:  # unreadable or not UTF-8: say so at the import, not with a traceback
             yield Diagnostic(node.span, f"module `{node.module}`: {exc}")
             return
         linked.imports[node.module] = child
@@ -246,7 +252,9 @@ def _resolve(text: str, importer: str) -> tuple[_Found | None, list[str]]:
     package, _, rest = text.partition("/")
     directory = installed_package_dir(package)
     if directory is None:
-        broken = [entry.value for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=package)]
+        broken = [
+            entry.value for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=package)
+        ]
         if broken:  # registered, but its directory is gone: a broken or partial install
             searched.append(
                 f"installed: `{package}` is registered in `{ENTRY_POINT_GROUP}` as `{broken[0]}`, "
@@ -294,7 +302,9 @@ def _missing(node: ast.Import, importer: str, searched: list[str]) -> Diagnostic
 # --------------------------------------------------------------------------- exports
 
 
-def top_level_names(module: ast.Module, imports: dict[str, LinkedModule]) -> tuple[set[str], set[str]]:
+def top_level_names(
+    module: ast.Module, imports: dict[str, LinkedModule]
+) -> tuple[set[str], set[str]]:
     """(names the module's own top level binds, names its imports bring in)."""
     own: set[str] = set()
     imported: set[str] = set()
@@ -345,8 +355,11 @@ def _exports(
                 exports[name.name] = None
             else:
                 problems.append(
-                    Diagnostic(name.span, f"unknown name `{name.name}` in `> export:`",
-                               "export a procedure, type, profile or value bound at the top level")
+                    Diagnostic(
+                        name.span,
+                        f"unknown name `{name.name}` in `> export:`",
+                        "export a procedure, type, profile or value bound at the top level",
+                    )
                 )
     return tuple(exports), problems
 
@@ -354,7 +367,9 @@ def _exports(
 def _located(problems: list[Diagnostic], source: SourceFile) -> list[Diagnostic]:
     """Fill in each diagnostic's source line when it points into `source`."""
     located = [
-        replace(d, source_line=source.line_text(d.span.line)) if d.span.path == source.path and not d.source_line else d
+        replace(d, source_line=source.line_text(d.span.line))
+        if d.span.path == source.path and not d.source_line
+        else d
         for d in problems
     ]
     return sorted(located, key=lambda d: (d.span.line, d.span.column))

@@ -65,23 +65,38 @@ def manifest_problems(package: ast.Package) -> Iterator[Diagnostic]:
         try:
             Version(version)
         except InvalidVersion:
-            yield Diagnostic(entries["version"].span, f"`version` must be a PEP 440 version, not `{version}`",
-                             "for example `1.2.0` or `2.0.0rc1`")
+            yield Diagnostic(
+                entries["version"].span,
+                f"`version` must be a PEP 440 version, not `{version}`",
+                "for example `1.2.0` or `2.0.0rc1`",
+            )
     source = manifest.fields.get("source")
-    if source is not None and (source.startswith("/") or "\\" in source or ".." in source.split("/")):
-        yield Diagnostic(entries["source"].span, f"`source` must be a relative directory inside the package, not `{source}`")
+    if source is not None and (
+        source.startswith("/") or "\\" in source or ".." in source.split("/")
+    ):
+        yield Diagnostic(
+            entries["source"].span,
+            f"`source` must be a relative directory inside the package, not `{source}`",
+        )
     python = manifest.fields.get("python")
     bounds = python_bounds(python) if python is not None else None
     if bounds is not None and bounds[0] > bounds[1]:
-        yield Diagnostic(entries["python"].span, f"`python` range `{python}` is empty: its lower bound is above its upper bound")
+        yield Diagnostic(
+            entries["python"].span,
+            f"`python` range `{python}` is empty: its lower bound is above its upper bound",
+        )
     deps = entries.get("python_dependencies")
     if deps is not None and deps.value:
-        yield Diagnostic(deps.span, "`python_dependencies` takes an indented list, one requirement per line")
+        yield Diagnostic(
+            deps.span, "`python_dependencies` takes an indented list, one requirement per line"
+        )
     for item in manifest.dependencies:
         try:
             Requirement(item)
         except InvalidRequirement as exc:
-            yield Diagnostic(deps.span if deps else package.span, f"`{item}` is not a PEP 508 requirement: {exc}")
+            yield Diagnostic(
+                deps.span if deps else package.span, f"`{item}` is not a PEP 508 requirement: {exc}"
+            )
 
 
 def python_bounds(text: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -117,7 +132,9 @@ def pyproject_toml(manifest: Manifest) -> str:
     bounds = python_bounds(python) if python else None
     if bounds is not None:
         (low_major, low_minor), (high_major, high_minor) = bounds
-        lines.append(f'requires-python = ">={low_major}.{low_minor},<{high_major}.{high_minor + 1}"')
+        lines.append(
+            f'requires-python = ">={low_major}.{low_minor},<{high_major}.{high_minor + 1}"'
+        )
     if "license" in manifest.fields:
         lines.append(f"license = {{text = {json.dumps(manifest.fields['license'])}}}")
     if "author" in manifest.fields:

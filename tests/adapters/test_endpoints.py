@@ -41,7 +41,9 @@ def run(source: str, **options: Any) -> Any:
     return kedi.compile(source, known_globals=tuple(env)).run_sync(env=env, **options)
 
 
-def test_pydantic_with_a_base_url_uses_chat_completions_and_json_object_mode(server: OpenAIServer) -> None:
+def test_pydantic_with_a_base_url_uses_chat_completions_and_json_object_mode(
+    server: OpenAIServer,
+) -> None:
     server.add(Reply(body=completion('{"n": 4}')))
     source = "> settings:\n    output_mode: json_object\n>> A number [n: int].\n= `n`"
 
@@ -58,7 +60,10 @@ def test_pydantic_forces_a_named_tool_until_it_has_a_result(server: OpenAIServer
         Reply(body=completion('{"count": 2100000}')),
     )
 
-    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": population}) == 2100000
+    assert (
+        run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": population})
+        == 2100000
+    )
     first, second = server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == "auto"
@@ -91,7 +96,10 @@ def test_pydantic_keeps_the_tool_forced_after_a_call_with_invalid_arguments(
         cities.append(city)
         return 2100000
 
-    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": counted}) == 2100000
+    assert (
+        run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": counted})
+        == 2100000
+    )
     first, retry, answer = server.bodies
     forced = {"type": "function", "function": {"name": "population"}}
     assert first["tool_choice"] == retry["tool_choice"] == forced
@@ -113,7 +121,10 @@ def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer)
         """The population of a city."""
         raise LookupError(f"no census for {city}")
 
-    assert run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": failing}) == 0
+    assert (
+        run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": failing})
+        == 0
+    )
     first, second = server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == "auto"
@@ -121,7 +132,9 @@ def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer)
     assert "no census for Paris" in result["content"]
 
 
-def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pydantic_404_names_the_endpoint_and_asks_about_v1(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = server.base_url.removesuffix("/v1")
     monkeypatch.setenv("KEDI_BASE_URL", root)
     server.add(Reply(404, {"detail": "Not Found"}))
@@ -136,13 +149,18 @@ def test_pydantic_404_names_the_endpoint_and_asks_about_v1(server: OpenAIServer,
 def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_content(
     server: OpenAIServer,
 ) -> None:
-    pytest.importorskip("langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"')
+    pytest.importorskip(
+        "langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"'
+    )
     server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion(tool_calls=[tool_call("c2", "KediOutputs", '{"count": 7}')])),
     )
 
-    assert run(TOOL_PROGRAM, adapter="langchain", model="openai:local", env={"population": population}) == 7
+    assert (
+        run(TOOL_PROGRAM, adapter="langchain", model="openai:local", env={"population": population})
+        == 7
+    )
     first, second = server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == {"type": "function", "function": {"name": "KediOutputs"}}

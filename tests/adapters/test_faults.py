@@ -47,11 +47,15 @@ def call(**settings: Any) -> CallRequest:
 
 CUT_OFF = [
     pytest.param(Reply(events=PARTIAL), True, id="stream-without-finish"),
-    pytest.param(Reply(events=[": keep-alive", "", ": keep-alive", ""]), True, id="keep-alives-only"),
+    pytest.param(
+        Reply(events=[": keep-alive", "", ": keep-alive", ""]), True, id="keep-alives-only"
+    ),
     pytest.param(Reply(events=["data: [DONE]", ""]), True, id="done-without-reply"),
     pytest.param(Reply(body={"choices": [{"message": None}]}), False, id="null-message"),
     pytest.param(Reply(body={"choices": []}), False, id="no-choices"),
-    pytest.param(Reply(body={"choices": [{"message": {"role": "assistant"}}]}), False, id="no-content"),
+    pytest.param(
+        Reply(body={"choices": [{"message": {"role": "assistant"}}]}), False, id="no-content"
+    ),
 ]
 
 
@@ -121,7 +125,9 @@ async def test_a_gzip_bomb_is_capped_after_decoding(server: OpenAIServer) -> Non
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("value", ["nan", "-5", "inf", "Mon, 01 Jan 1990 00:00:00 GMT", "junk"])
-async def test_a_bad_retry_after_falls_back_to_the_backoff(server: OpenAIServer, value: str) -> None:
+async def test_a_bad_retry_after_falls_back_to_the_backoff(
+    server: OpenAIServer, value: str
+) -> None:
     server.add(Reply(503, {"error": {"message": "busy"}}, headers={"Retry-After": value}))
     server.add(Reply(body=completion("after backoff")))
     started = time.monotonic()
@@ -135,18 +141,34 @@ FAULTS = [
         "cannot be decoded",
         id="junk-gzip",
     ),
-    pytest.param(Reply(raw=b'{"choices": [', declared_length=4000), "cut off after 13 bytes", id="short-body"),
+    pytest.param(
+        Reply(raw=b'{"choices": [', declared_length=4000), "cut off after 13 bytes", id="short-body"
+    ),
     pytest.param(Reply(raw=b"{not json"), "not a chat completion", id="bad-json"),
-    pytest.param(Reply(raw=b"[" * 100_000 + b"]" * 100_000), "not a chat completion", id="deep-json"),
+    pytest.param(
+        Reply(raw=b"[" * 100_000 + b"]" * 100_000), "not a chat completion", id="deep-json"
+    ),
     pytest.param(Reply(raw=b"\xff\xfe{}"), "not a chat completion", id="bad-utf8"),
     pytest.param(Reply(raw=b'{"choices": 5}'), "cut off", id="choices-not-a-list"),
     pytest.param(
-        Reply(events=["data: " + json.dumps({"choices": 7}), "", "data: " + json.dumps({"choices": [{"delta": []}]})]),
+        Reply(
+            events=[
+                "data: " + json.dumps({"choices": 7}),
+                "",
+                "data: " + json.dumps({"choices": [{"delta": []}]}),
+            ]
+        ),
         "cut off",
         id="stream-of-wrong-types",
     ),
-    pytest.param(Reply(events=["data: " + "[" * 100_000, ""]), "not a stream chunk", id="deep-chunk"),
-    pytest.param(Reply(raw=b"x" * 10, headers={"Content-Type": "text/event-stream"}), "cut off", id="junk-stream"),
+    pytest.param(
+        Reply(events=["data: " + "[" * 100_000, ""]), "not a stream chunk", id="deep-chunk"
+    ),
+    pytest.param(
+        Reply(raw=b"x" * 10, headers={"Content-Type": "text/event-stream"}),
+        "cut off",
+        id="junk-stream",
+    ),
 ]
 
 
@@ -166,11 +188,23 @@ async def test_every_server_fault_is_a_provider_error(
 FRAMEWORK_FAULTS = [
     pytest.param(Reply(body={"choices": [{"message": None}]}), {"pydantic"}, id="null-message"),
     pytest.param(Reply(body={"choices": []}), {"pydantic"}, id="no-choices"),
-    pytest.param(Reply(raw=b"this is not gzip", headers={"Content-Encoding": "gzip"}), {"pydantic", "langchain"}, id="junk-gzip"),
-    pytest.param(Reply(raw=b'{"choices": [', declared_length=4000), {"pydantic", "langchain"}, id="short-body"),
+    pytest.param(
+        Reply(raw=b"this is not gzip", headers={"Content-Encoding": "gzip"}),
+        {"pydantic", "langchain"},
+        id="junk-gzip",
+    ),
+    pytest.param(
+        Reply(raw=b'{"choices": [', declared_length=4000),
+        {"pydantic", "langchain"},
+        id="short-body",
+    ),
     pytest.param(Reply(raw=b"{not json"), set(), id="bad-json"),
     pytest.param(Reply(raw=b"[" * 100_000 + b"]" * 100_000), set(), id="deep-json"),
-    pytest.param(Reply(503, {"error": {"message": "busy"}}, headers={"Retry-After": "nan"}), {"pydantic", "langchain"}, id="retry-after-nan"),
+    pytest.param(
+        Reply(503, {"error": {"message": "busy"}}, headers={"Retry-After": "nan"}),
+        {"pydantic", "langchain"},
+        id="retry-after-nan",
+    ),
     pytest.param(Reply(body=completion("late"), delay=3), {"pydantic", "langchain"}, id="timeout"),
 ]
 """Each fault, and the frameworks whose client lets kedi tell it is transient (`retryable`)."""
@@ -184,7 +218,9 @@ async def framework_adapter(name: str, server: OpenAIServer) -> AsyncIterator[An
     collected later would close its connections on a closed loop).
     """
     if name == "pydantic":
-        pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra: pip install 'kedi[pydantic-ai]'")
+        pytest.importorskip(
+            "pydantic_ai", reason="needs the pydantic-ai extra: pip install 'kedi[pydantic-ai]'"
+        )
         from openai import AsyncOpenAI
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -193,18 +229,30 @@ async def framework_adapter(name: str, server: OpenAIServer) -> AsyncIterator[An
 
         client = AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=1.0)
         try:
-            yield PydanticAdapter(OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client)))
+            yield PydanticAdapter(
+                OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client))
+            )
         finally:
             await client.close()
         return
-    pytest.importorskip("langchain_openai", reason="needs langchain-openai: pip install 'kedi[langchain]' langchain-openai")
+    pytest.importorskip(
+        "langchain_openai",
+        reason="needs langchain-openai: pip install 'kedi[langchain]' langchain-openai",
+    )
     from langchain_openai import ChatOpenAI
 
     from kedi.adapters.langchain import LangChainAdapter
 
     # An HTTP client of this test's own: langchain-openai caches one per base URL.
     http = httpx.AsyncClient(timeout=1.0)
-    chat = ChatOpenAI(model=MODEL, base_url=server.base_url, api_key="k", max_retries=0, timeout=1.0, http_async_client=http)
+    chat = ChatOpenAI(
+        model=MODEL,
+        base_url=server.base_url,
+        api_key="k",
+        max_retries=0,
+        timeout=1.0,
+        http_async_client=http,
+    )
     try:
         yield LangChainAdapter(chat)
     finally:

@@ -439,16 +439,22 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "langchain" and rows["streaming"].startswith("yes: text calls and str captures stream")
+    assert rows["message format"] == "langchain" and rows["streaming"].startswith(
+        "yes: text calls and str captures stream"
+    )
     assert all(name in rows["settings"] for name in LangChainAdapter.profile.settings)
 
 
 def test_bad_constructor_arguments_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with pytest.raises(KediConfigError, match="needs a model name .* or a LangChain chat model object, not int"):
+    with pytest.raises(
+        KediConfigError, match="needs a model name .* or a LangChain chat model object, not int"
+    ):
         LangChainAdapter(42)  # type: ignore[arg-type]
-    with pytest.raises(KediConfigError, match="cannot build a chat model for 'openai:gpt-4o'.*credentials"):
+    with pytest.raises(
+        KediConfigError, match="cannot build a chat model for 'openai:gpt-4o'.*credentials"
+    ):
         LangChainAdapter("openai:gpt-4o")
     with pytest.raises(KediConfigError, match="max_rounds setting must be an integer >= 1"):
         LangChainAdapter(Scripted(), max_rounds=0)
@@ -456,7 +462,10 @@ def test_bad_constructor_arguments_are_config_errors(monkeypatch: pytest.MonkeyP
 
 def test_a_model_name_goes_through_init_chat_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(KediConfigError, match="LangChain cannot build a chat model for 'openai:gpt-4o-mini': Missing credentials"):
+    with pytest.raises(
+        KediConfigError,
+        match="LangChain cannot build a chat model for 'openai:gpt-4o-mini': Missing credentials",
+    ):
         LangChainAdapter("openai:gpt-4o-mini")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     adapter = LangChainAdapter().with_model("openai:gpt-4o-mini")
@@ -668,7 +677,9 @@ def test_running_on_trio_is_refused_with_a_clear_error() -> None:
 def test_a_model_name_is_built_by_init_chat_model_at_the_configured_base_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytest.importorskip("langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"')
+    pytest.importorskip(
+        "langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"'
+    )
     from langchain_openai import ChatOpenAI
 
     from kedi.adapters.endpoint import command_line_options

@@ -15,7 +15,9 @@ from kedi.cli import main
 from kedi.errors import ExtraNotInstalledError, KediConfigError
 
 
-def test_without_llama_cpp_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_llama_cpp_the_error_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     monkeypatch.setenv("KEDI_LOCAL_MODEL", str(model))
@@ -28,7 +30,9 @@ def test_without_llama_cpp_the_error_names_the_extra(monkeypatch: pytest.MonkeyP
     assert "Traceback" not in result.stderr
 
 
-def test_without_the_model_package_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_model_package_the_error_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("KEDI_LOCAL_MODEL", raising=False)
 
     def missing(name: str) -> metadata.Distribution:

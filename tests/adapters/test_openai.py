@@ -325,7 +325,10 @@ async def test_a_500_naming_response_format_steps_down_at_once_and_is_remembered
 
     assert result.value == CITY_VALUE
     # Not retried as a transient 500: one rejected request, then json_object.
-    assert [body["response_format"]["type"] for body in server.bodies] == ["json_schema", "json_object"]
+    assert [body["response_format"]["type"] for body in server.bodies] == [
+        "json_schema",
+        "json_object",
+    ]
     assert [(e.mode, e.attempt, e.failed) for e in exchanges] == [
         ("json_schema", 1, True),
         ("json_object", 2, False),
@@ -693,15 +696,21 @@ async def test_a_history_processor_decides_what_every_request_sends(server: Open
 
 
 @pytest.mark.anyio
-async def test_a_history_processor_must_not_change_the_call_in_progress(server: OpenAIServer) -> None:
+async def test_a_history_processor_must_not_change_the_call_in_progress(
+    server: OpenAIServer,
+) -> None:
     history = (Message(role="user", content="old"), Message(role="assistant", content="answer"))
     with pytest.raises(HistoryProcessingValidationError):
-        await make(server).request(call(history=history, history_processor=lambda ctx: ctx.messages[:-1]))
+        await make(server).request(
+            call(history=history, history_processor=lambda ctx: ctx.messages[:-1])
+        )
     assert server.received == []
 
 
 @pytest.mark.anyio
-async def test_a_failing_history_processor_stops_the_call_before_any_request(server: OpenAIServer) -> None:
+async def test_a_failing_history_processor_stops_the_call_before_any_request(
+    server: OpenAIServer,
+) -> None:
     def broken(context: Any) -> list[Any]:
         raise RuntimeError("processor bug")
 
@@ -1157,9 +1166,13 @@ async def test_api_key_env_names_the_variable_and_crlf_is_dropped(
 
 
 @pytest.mark.anyio
-async def test_a_404_names_the_endpoint_and_asks_whether_v1_is_missing(server: OpenAIServer) -> None:
+async def test_a_404_names_the_endpoint_and_asks_whether_v1_is_missing(
+    server: OpenAIServer,
+) -> None:
     root = server.base_url.removesuffix("/v1")
-    server.add(Reply(404, {"detail": "Not Found"}), Reply(404, error_body("no", code="model_not_found")))
+    server.add(
+        Reply(404, {"detail": "Not Found"}), Reply(404, error_body("no", code="model_not_found"))
+    )
     with pytest.raises(ModelNotFoundError) as missing_v1:
         await OpenAIAdapter(MODEL, base_url=root, api_key=KEY).request(call())
     with pytest.raises(ModelNotFoundError) as unknown_model:
@@ -1186,8 +1199,17 @@ def test_kedi_run_takes_base_url_api_key_env_and_structured_mode_flags(
         "> settings:\n    structured_mode: json_schema\n>> A number [n: int].\n= `n + 1`\n"
     )
     server.add(Reply(body=completion('{"n": 41}')))
-    flags = ["--base-url", server.base_url, "--api-key-env", "LOCAL_KEY", "--structured-mode", "json_object"]
-    result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", "m", *flags])
+    flags = [
+        "--base-url",
+        server.base_url,
+        "--api-key-env",
+        "LOCAL_KEY",
+        "--structured-mode",
+        "json_object",
+    ]
+    result = CliRunner().invoke(
+        main, ["run", str(flow), "--adapter", "openai", "--model", "m", *flags]
+    )
 
     assert (result.exit_code, result.stdout) == (0, "42\n"), result.stderr
     [received] = server.received
@@ -1226,13 +1248,17 @@ async def test_transcript_lines_carry_mode_attempt_and_failures_without_the_key(
 
 
 @pytest.mark.anyio
-async def test_a_tool_choice_naming_a_tool_forces_it_until_it_was_called(server: OpenAIServer) -> None:
+async def test_a_tool_choice_naming_a_tool_forces_it_until_it_was_called(
+    server: OpenAIServer,
+) -> None:
     seen: list[Mapping[str, Any]] = []
     server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "get_weather", '{"city": "Paris"}')])),
         Reply(body=completion(CITY_JSON)),
     )
-    request = call(output=CITY, tools=(weather_tool(seen),), settings={"tool_choice": "get_weather"})
+    request = call(
+        output=CITY, tools=(weather_tool(seen),), settings={"tool_choice": "get_weather"}
+    )
     result = await make(server, structured_mode="json_object").request(request)
 
     assert result.value == CITY_VALUE and seen == [{"city": "Paris"}]

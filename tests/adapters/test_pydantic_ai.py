@@ -420,7 +420,9 @@ async def test_misuse_of_pydantic_ai_is_an_adapter_error() -> None:
     first = await adapter.request(call("Hi"))
     with pytest.raises(AdapterError, match="Pydantic AI rejected the call at flow.kedi:9.*run_id"):
         # A call id that the history already holds as a run id: Pydantic AI refuses the run.
-        await adapter.request(call("Again", history=first.new_messages, origin="flow.kedi:9", call_id=RUN))
+        await adapter.request(
+            call("Again", history=first.new_messages, origin="flow.kedi:9", call_id=RUN)
+        )
 
 
 async def test_calls_of_one_run_share_its_run_id_and_pydantic_ai_sees_their_call_ids() -> None:
@@ -453,7 +455,9 @@ def test_capability_rows_describe_the_adapter() -> None:
         "message format",
         "settings",
     ]
-    assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith("yes: text calls and str captures stream")
+    assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith(
+        "yes: text calls and str captures stream"
+    )
     assert all(name in rows["settings"] for name in PydanticAdapter.profile.settings)
 
 

@@ -22,7 +22,9 @@ from kedi.adapters._pydantic_state import FreshAfterEdit, continues_responses
 from kedi.agent_adapter import HistoryProcessorContext, PydanticAdapter
 from tests.adapters.openai_server import OpenAIServer, Reply
 
-CHAT = kedi.compile("> history: enabled\n> system: Be brief.\n[reply] << <`args.message`>\n= <reply>")
+CHAT = kedi.compile(
+    "> history: enabled\n> system: Be brief.\n[reply] << <`args.message`>\n= <reply>"
+)
 
 
 def response(n: int) -> dict[str, Any]:
@@ -75,7 +77,10 @@ async def model(server: OpenAIServer) -> AsyncIterator[OpenAIResponsesModel]:
 
 def sent(server: OpenAIServer) -> list[tuple[list[str], str | None]]:
     """Per request: the input texts and the previous_response_id (None when absent)."""
-    return [([item["content"] for item in body["input"]], body.get("previous_response_id")) for body in server.bodies]
+    return [
+        ([item["content"] for item in body["input"]], body.get("previous_response_id"))
+        for body in server.bodies
+    ]
 
 
 async def test_later_turns_send_only_the_new_input_after_the_previous_response(
@@ -86,13 +91,17 @@ async def test_later_turns_send_only_the_new_input_after_the_previous_response(
     settings = {"temperature": 0.5}
     frozen = copy.deepcopy(settings)
     for message in ("one", "two", "three"):
-        await CHAT.run(args={"message": message}, adapter=adapter, conversation=conversation, settings=settings)
+        await CHAT.run(
+            args={"message": message}, adapter=adapter, conversation=conversation, settings=settings
+        )
     assert sent(server) == [(["one"], None), (["two"], "resp_1"), (["three"], "resp_2")]
     assert all(body["instructions"] == "Be brief." for body in server.bodies)
     assert settings == frozen  # the caller's settings object is never mutated
     # The lane keeps the run's id on every message, the call's id in metadata.
     (lane,) = conversation.lanes.values()
-    assert all(m.run_id == m.metadata["kedi_run_id"] != m.metadata["kedi_call_id"] for m in lane.messages)
+    assert all(
+        m.run_id == m.metadata["kedi_run_id"] != m.metadata["kedi_call_id"] for m in lane.messages
+    )
 
 
 def drop_first_cycle(ctx: HistoryProcessorContext[Any]) -> list[Any]:
@@ -127,7 +136,9 @@ async def test_continuation_can_be_turned_off_and_server_conversations_are_never
     adapter, conversation = PydanticAdapter(model), kedi.Conversation()
     settings = {"openai_previous_response_id": False, "openai_conversation_id": "conv_old"}
     for message in ("one", "two"):
-        await CHAT.run(args={"message": message}, adapter=adapter, conversation=conversation, settings=settings)
+        await CHAT.run(
+            args={"message": message}, adapter=adapter, conversation=conversation, settings=settings
+        )
     assert sent(server) == [(["one"], None), (["one", "reply 1", "two"], None)]
     assert all("conversation" not in body for body in server.bodies)
 
@@ -146,13 +157,18 @@ class FakeCall:
     stale: bool = True
 
 
-async def test_the_first_request_after_an_edit_drops_previous_response_id_until_a_new_response() -> None:
+async def test_the_first_request_after_an_edit_drops_previous_response_id_until_a_new_response() -> (
+    None
+):
     call = FakeCall()
     guard = FreshAfterEdit(call)  # type: ignore[arg-type]
     context = FakeRequestContext()
     fresh: Any = await guard.before_model_request(None, context)  # type: ignore[arg-type]
     assert fresh.model_settings == {"temperature": 0}
-    assert context.model_settings == {"openai_previous_response_id": "auto", "temperature": 0}  # not mutated
+    assert context.model_settings == {
+        "openai_previous_response_id": "auto",
+        "temperature": 0,
+    }  # not mutated
     reply = ModelResponse(parts=[TextPart("ok")])
     assert await guard.after_model_request(None, request_context=context, response=reply) is reply  # type: ignore[arg-type]
     assert not call.stale

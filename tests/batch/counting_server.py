@@ -38,12 +38,19 @@ class Counter:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path = lines[0].split(" ")[:2]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", 0)))
                 status, payload, extra = await self.answer(method, path, body)
                 data = json.dumps(payload).encode()
-                head_lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Too Many Requests'}",
-                              "Content-Type: application/json", f"Content-Length: {len(data)}", *extra]
+                head_lines = [
+                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Too Many Requests'}",
+                    "Content-Type: application/json",
+                    f"Content-Length: {len(data)}",
+                    *extra,
+                ]
                 writer.write(("\r\n".join(head_lines) + "\r\n\r\n").encode() + data)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -53,12 +60,23 @@ class Counter:
 
     async def answer(self, method: str, path: str, body: bytes) -> tuple[int, Any, list[str]]:
         if method == "GET":
-            return 200, {"arrivals": self.arrivals, "throttled": self.throttled, "prompts": self.prompts}, []
+            return (
+                200,
+                {"arrivals": self.arrivals, "throttled": self.throttled, "prompts": self.prompts},
+                [],
+            )
         now = time.time()
         self.arrivals.append(now)
         if len(self.arrivals) <= self.throttle:
             self.throttled.append(now)
-            error = {"error": {"message": "slow down", "type": "rate_limit", "param": None, "code": "rate_limited"}}
+            error = {
+                "error": {
+                    "message": "slow down",
+                    "type": "rate_limit",
+                    "param": None,
+                    "code": "rate_limited",
+                }
+            }
             return 429, error, [f"Retry-After: {self.retry_after:g}"]
         await asyncio.sleep(self.latency)
         request = json.loads(body)
@@ -67,9 +85,18 @@ class Counter:
         found = re.search(r"<row-\d+>", prompt)
         word = found.group(0) if found else ""
         reply = {
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": request.get("model", "m"),
-            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                         "message": {"role": "assistant", "content": json.dumps({"label": word})}}],
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": request.get("model", "m"),
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": json.dumps({"label": word})},
+                }
+            ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
         return 200, reply, []

@@ -24,27 +24,49 @@ def label(key: int) -> str:
     return f"label-{key * 7 % 13}"
 
 
-def write_job(tmp_path: Path, rows: int, *, max_delay_ms: int = 0, seed: int = 0, errors: set[int] = frozenset()) -> dict[str, Path]:
+def write_job(
+    tmp_path: Path,
+    rows: int,
+    *,
+    max_delay_ms: int = 0,
+    seed: int = 0,
+    errors: set[int] = frozenset(),
+) -> dict[str, Path]:
     """A program, `rows` JSONL rows (`{"id": "t<n>", "text": "<row-n>"}`) and a script answering each row by its text."""
     rng = random.Random(seed)
     program = tmp_path / "label.kedi"
     program.write_text(PROGRAM, encoding="utf-8")
     inputs = tmp_path / "rows.jsonl"
-    inputs.write_text("".join(json.dumps({"id": f"t{n}", "text": f"<row-{n}>"}) + "\n" for n in range(rows)))
+    inputs.write_text(
+        "".join(json.dumps({"id": f"t{n}", "text": f"<row-{n}>"}) + "\n" for n in range(rows))
+    )
     entries: list[dict[str, Any]] = []
     for n in range(rows):
-        reply: dict[str, Any] = {"error": f"boom {n}"} if n in errors else {"outputs": {"label": label(n)}}
+        reply: dict[str, Any] = (
+            {"error": f"boom {n}"} if n in errors else {"outputs": {"label": label(n)}}
+        )
         if max_delay_ms:
             reply["delay_ms"] = rng.randint(0, max_delay_ms)
         entries.append({**reply, "when": {"prompt_contains": f"<row-{n}>"}})
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(entries))
-    return {"program": program, "inputs": inputs, "script": script, "out": tmp_path / "results.jsonl", "store": tmp_path / "history.db"}
+    return {
+        "program": program,
+        "inputs": inputs,
+        "script": script,
+        "out": tmp_path / "results.jsonl",
+        "store": tmp_path / "history.db",
+    }
 
 
 def environment(store: Path) -> dict[str, str]:
     """The environment of a `kedi batch` subprocess: this worktree's kedi, a private store."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(store), **private_ray(store.parent)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KEDI_HISTORY": str(store),
+        **private_ray(store.parent),
+    }
     env.pop("KEDI_MODEL", None)
     env.pop("KEDI_ADAPTER", None)
     return env
@@ -55,21 +77,41 @@ def private_ray(folder: Path) -> dict[str, str]:
     token = folder / "ray-token"
     if not token.exists():
         token.write_text(secrets.token_hex(32))
-    return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    return {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+    }
 
 
 def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
     """`kedi batch PROGRAM INPUTS --out RESULTS --model script:...` as a subprocess argv."""
     return [
-        sys.executable, "-m", "kedi", "batch", str(paths["program"]), str(paths["inputs"]),
-        "--out", str(paths["out"]), "--model", f"script:{paths['script']}", "--quiet", *options,
+        sys.executable,
+        "-m",
+        "kedi",
+        "batch",
+        str(paths["program"]),
+        str(paths["inputs"]),
+        "--out",
+        str(paths["out"]),
+        "--model",
+        f"script:{paths['script']}",
+        "--quiet",
+        *options,
     ]
 
 
-def run_batch(paths: dict[str, Path], *options: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_batch(
+    paths: dict[str, Path], *options: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run `kedi batch` to the end in a subprocess."""
     return subprocess.run(
-        batch_command(paths, *options), env=environment(paths["store"]), capture_output=True, text=True, timeout=timeout
+        batch_command(paths, *options),
+        env=environment(paths["store"]),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -88,7 +130,10 @@ class CountingServer:
     def __enter__(self) -> CountingServer:
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.batch.counting_server", *self._options],
-            cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         assert self._process.stdout is not None
         line = self._process.stdout.readline()

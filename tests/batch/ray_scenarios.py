@@ -28,9 +28,18 @@ async def kill_actor(folder: Path, base_url: str) -> dict[str, object]:
     store = str(folder / "history.db")
     ledger = StoreLedger(store)
     program_digest, inputs_digest = job_fingerprint(source, inputs)
-    ledger.open_job(JobInfo("killed", str(program), program_digest, "rows.jsonl", inputs_digest), force=False)
-    spec = BatchSpec(job="killed", program_source=source, program_path=str(program), store=store,
-                     adapter="openai", model="test-model", base_url=base_url)
+    ledger.open_job(
+        JobInfo("killed", str(program), program_digest, "rows.jsonl", inputs_digest), force=False
+    )
+    spec = BatchSpec(
+        job="killed",
+        program_source=source,
+        program_path=str(program),
+        store=store,
+        adapter="openai",
+        model="test-model",
+        base_url=base_url,
+    )
     engine = RayEngine(spec, address="local", actors=2, rpm=600, tpm=None, parallel=8)
     killed: list[int] = []
 
@@ -41,11 +50,21 @@ async def kill_actor(folder: Path, base_url: str) -> dict[str, object]:
         killed.append(1)
 
     watcher = asyncio.ensure_future(killer())
-    summary = await run_batch(job="killed", rows=list(inputs.rows()), total=None, ledger=ledger, engine=engine,
-                              out=folder / "results.jsonl")
+    summary = await run_batch(
+        job="killed",
+        rows=list(inputs.rows()),
+        total=None,
+        ledger=ledger,
+        engine=engine,
+        out=folder / "results.jsonl",
+    )
     watcher.cancel()
-    return {"killed": bool(killed), "ran": summary.counts.ran, "failed": summary.counts.failed,
-            "ledger": sorted(o.key for o in ledger.outcomes("killed"))}
+    return {
+        "killed": bool(killed),
+        "ran": summary.counts.ran,
+        "failed": summary.counts.failed,
+        "ledger": sorted(o.key for o in ledger.outcomes("killed")),
+    }
 
 
 def main() -> None:

@@ -26,11 +26,20 @@ def invoke(*args: str, input: str | None = None):
     return CliRunner().invoke(main, ["batch", *args], input=input, catch_exceptions=False)
 
 
-def batch(paths: dict[str, Path], *options: str, script: Path | None = None, input: str | None = None):
+def batch(
+    paths: dict[str, Path], *options: str, script: Path | None = None, input: str | None = None
+):
     inputs = "-" if input is not None else str(paths["inputs"])
     return invoke(
-        str(paths["program"]), inputs, "--out", str(paths["out"]),
-        "--model", f"script:{script or paths['script']}", "--quiet", *options, input=input,
+        str(paths["program"]),
+        inputs,
+        "--out",
+        str(paths["out"]),
+        "--model",
+        f"script:{script or paths['script']}",
+        "--quiet",
+        *options,
+        input=input,
     )
 
 
@@ -41,7 +50,10 @@ def test_results_stay_in_input_order_under_parallel_16(tmp_path: Path, store: Pa
     lines = results(paths["out"])
     assert [line["key"] for line in lines] == [f"t{n}" for n in range(48)]
     assert [line["value"] for line in lines] == [label(n) for n in range(48)]
-    assert all(line["error"] is None and line["usage"]["requests"] == 1 and line["session"] for line in lines)
+    assert all(
+        line["error"] is None and line["usage"]["requests"] == 1 and line["session"]
+        for line in lines
+    )
     assert "48 rows run, 0 already finished, 0 failed" in result.stderr
 
 
@@ -64,7 +76,9 @@ def test_csv_rows_and_row_numbers_as_keys(tmp_path: Path, store: Path) -> None:
     paths["inputs"].write_text('text,other\n<row-0>,x\n"<row-1>",y\n<row-2>,"z, with comma"\n')
     result = batch(paths)
     assert result.exit_code == 0, result.output
-    assert [(line["key"], line["value"]) for line in results(paths["out"])] == [(str(n), label(n)) for n in range(3)]
+    assert [(line["key"], line["value"]) for line in results(paths["out"])] == [
+        (str(n), label(n)) for n in range(3)
+    ]
 
 
 def test_stdin_rows(tmp_path: Path, store: Path) -> None:
@@ -79,11 +93,16 @@ def test_stdin_rows(tmp_path: Path, store: Path) -> None:
     [
         ('{"id": 1, "text": "a"}\n[1, 2]\n', "rows.jsonl:2: a row must be a JSON object"),
         ('{"id": 1, "text": "a"}\n{oops\n', "rows.jsonl:2: not a JSON line"),
-        ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "rows.jsonl:2: the key 'a' repeats"),
+        (
+            '{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n',
+            "rows.jsonl:2: the key 'a' repeats",
+        ),
         ('{"text": "x"}\n', "rows.jsonl:1: the row has no 'id' field"),
     ],
 )
-def test_bad_rows_are_clear_errors_before_anything_runs(tmp_path: Path, store: Path, text: str, message: str) -> None:
+def test_bad_rows_are_clear_errors_before_anything_runs(
+    tmp_path: Path, store: Path, text: str, message: str
+) -> None:
     paths = write_job(tmp_path, 1)
     paths["inputs"].write_text(text)
     result = batch(paths, "--id-field", "id")
@@ -93,13 +112,20 @@ def test_bad_rows_are_clear_errors_before_anything_runs(tmp_path: Path, store: P
     assert not paths["out"].exists()
 
 
-def test_resume_skips_finished_rows_and_retry_errors_reruns_failed_ones(tmp_path: Path, store: Path) -> None:
+def test_resume_skips_finished_rows_and_retry_errors_reruns_failed_ones(
+    tmp_path: Path, store: Path
+) -> None:
     paths = write_job(tmp_path, 6, errors={1, 4})
     first = batch(paths, "--job", "j")
     assert first.exit_code == 1  # some rows failed
     lines = results(paths["out"])
     assert [line["error"]["type"] if line["error"] else None for line in lines] == [
-        None, "ProviderError", None, None, "ProviderError", None,
+        None,
+        "ProviderError",
+        None,
+        None,
+        "ProviderError",
+        None,
     ]
     assert "boom 4" in lines[4]["error"]["message"]
     # The same command again runs nothing: every row, failed ones too, is finished.
@@ -129,7 +155,10 @@ def test_a_changed_program_or_input_is_refused_unless_force(tmp_path: Path, stor
     paths["program"].write_text(paths["program"].read_text().replace("Label", "Tag"))
     refused = batch(paths, "--job", "j")
     assert refused.exit_code == 1
-    assert "job 'j' was started with a different program" in refused.stderr and "--force" in refused.stderr
+    assert (
+        "job 'j' was started with a different program" in refused.stderr
+        and "--force" in refused.stderr
+    )
     with paths["inputs"].open("a") as rows:
         rows.write(json.dumps({"id": "t2", "text": "<row-2>"}) + "\n")
     refused = batch(paths, "--job", "j")
@@ -167,11 +196,15 @@ def test_status_export_and_rm(tmp_path: Path, store: Path) -> None:
     assert invoke("status", "j").exit_code == 1
     with sqlite3.connect(store) as db:
         assert db.execute("SELECT count(*) FROM batch_rows").fetchone() == (0,)
-        assert db.execute("SELECT count(*) FROM sessions WHERE name LIKE 'batch/j/%'").fetchone() == (0,)
+        assert db.execute(
+            "SELECT count(*) FROM sessions WHERE name LIKE 'batch/j/%'"
+        ).fetchone() == (0,)
     assert invoke("rm", "j").exit_code == 1
 
 
-def test_each_row_is_a_session_whose_turns_commit_with_its_outcome(tmp_path: Path, store: Path) -> None:
+def test_each_row_is_a_session_whose_turns_commit_with_its_outcome(
+    tmp_path: Path, store: Path
+) -> None:
     paths = write_job(tmp_path, 3)
     paths["program"].write_text("> history: enabled\n" + paths["program"].read_text())
     assert batch(paths, "--job", "h").exit_code == 0
@@ -183,7 +216,9 @@ def test_each_row_is_a_session_whose_turns_commit_with_its_outcome(tmp_path: Pat
     assert all(turns[session] == 1 for session in sessions.values())
 
 
-def test_engine_ray_without_ray_says_which_extra(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_ray_without_ray_says_which_extra(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)
@@ -197,8 +232,15 @@ def test_the_shipped_example_runs(tmp_path: Path, store: Path) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "batch"
     out = tmp_path / "triage.results.jsonl"
     result = invoke(
-        str(example / "triage.kedi"), str(example / "tickets.jsonl"), "--out", str(out), "--id-field", "id",
-        "--model", f"script:{example / 'triage.replies.json'}", "--quiet",
+        str(example / "triage.kedi"),
+        str(example / "tickets.jsonl"),
+        "--out",
+        str(out),
+        "--id-field",
+        "id",
+        "--model",
+        f"script:{example / 'triage.replies.json'}",
+        "--quiet",
     )
     assert result.exit_code == 0, result.output
     lines = results(out)
@@ -209,7 +251,11 @@ def test_the_shipped_example_runs(tmp_path: Path, store: Path) -> None:
 
 def test_the_programs_own_model_directive_is_honoured(tmp_path: Path, store: Path) -> None:
     paths = write_job(tmp_path, 3)
-    paths["program"].write_text(f"> model: script:{paths['script']}\n" + paths["program"].read_text())
-    result = invoke(str(paths["program"]), str(paths["inputs"]), "--out", str(paths["out"]), "--quiet")
+    paths["program"].write_text(
+        f"> model: script:{paths['script']}\n" + paths["program"].read_text()
+    )
+    result = invoke(
+        str(paths["program"]), str(paths["inputs"]), "--out", str(paths["out"]), "--quiet"
+    )
     assert result.exit_code == 0, result.output
     assert [line["value"] for line in results(paths["out"])] == [label(n) for n in range(3)]

@@ -31,7 +31,10 @@ def answered_keys(store: Path) -> set[str]:
     """Rows whose model call is recorded in the store (their session has a turn), finished or not."""
     with sqlite3.connect(store) as db:
         try:
-            return {name.rsplit("/", 1)[-1] for (name,) in db.execute("SELECT name FROM sessions WHERE turns > 0")}
+            return {
+                name.rsplit("/", 1)[-1]
+                for (name,) in db.execute("SELECT name FROM sessions WHERE turns > 0")
+            }
         except sqlite3.OperationalError:
             return set()
 
@@ -40,7 +43,9 @@ def job(folder: Path, server: CountingServer) -> tuple[dict[str, Path], list[str
     """A fresh job of ROWS rows against `server`: its paths, command line and environment."""
     folder.mkdir()
     paths = write_job(folder, ROWS)
-    command = batch_command(paths, "--adapter", "openai", "--base-url", server.base_url, "--parallel", "4")
+    command = batch_command(
+        paths, "--adapter", "openai", "--base-url", server.base_url, "--parallel", "4"
+    )
     command[command.index("--model") + 1] = "test-model"
     return paths, command, {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"}
 
@@ -48,7 +53,9 @@ def job(folder: Path, server: CountingServer) -> tuple[dict[str, Path], list[str
 def time_to_run_the_rows(folder: Path, server: CountingServer) -> float:
     """Seconds from the first finished row to the end of an uninterrupted run (kill points fall in there)."""
     paths, command, env = job(folder, server)
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_until(paths["store"], process, "SELECT count(*) FROM batch_rows")
     opened = time.monotonic()
     assert process.wait(timeout=120) == 0
@@ -78,7 +85,9 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path) -> None:
         for trial in range(TRIALS):
             folder = tmp_path / f"trial{trial}"
             paths, command, env = job(folder, server)
-            victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            victim = subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             if trial % 4 == 0:  # during set-up and the first rows
                 wait_until(paths["store"], victim, "SELECT count(*) FROM batch_jobs")
                 time.sleep(rng.uniform(0.0, 0.3))
@@ -90,15 +99,24 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path) -> None:
             finished = finished_keys(paths["store"])
             answered = answered_keys(paths["store"]) if paths["store"].exists() else set()
             kills_mid_run += 0 < len(finished) < ROWS
-            time.sleep(0.2)  # the killed run's requests in flight reach the server's record (40 ms) before the count
+            time.sleep(
+                0.2
+            )  # the killed run's requests in flight reach the server's record (40 ms) before the count
             before = len(server.stats()["prompts"])
             resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
             assert resumed.returncode == 0, resumed.stderr
-            assert f"{ROWS - len(finished)} rows run, {len(finished)} already finished, 0 failed" in resumed.stderr
+            assert (
+                f"{ROWS - len(finished)} rows run, {len(finished)} already finished, 0 failed"
+                in resumed.stderr
+            )
             # The server saw exactly the rows whose call the store had not recorded, each once (a row
             # killed after its call returned, before its outcome, is served its call from the store).
             sent = sorted(server.stats()["prompts"][before:])
-            expected = sorted(f"Label this ticket: <row-{n}> [label]." for n in range(ROWS) if str(n) not in answered)
+            expected = sorted(
+                f"Label this ticket: <row-{n}> [label]."
+                for n in range(ROWS)
+                if str(n) not in answered
+            )
             assert sent == expected
             lines = results(paths["out"])
             assert [line["key"] for line in lines] == [str(n) for n in range(ROWS)]

@@ -56,8 +56,6 @@ def test_a_429_pauses_everyone_halves_concurrency_and_recovery_is_slow() -> None
     assert limiter.state().throttled == 3
 
 
-
-
 def test_rpm_holds_against_a_real_server(tmp_path: Path) -> None:
     paths = write_job(tmp_path, 12)
     with CountingServer("--latency-ms", "20") as server:
@@ -66,7 +64,9 @@ def test_rpm_holds_against_a_real_server(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert len(arrivals) == 12
     assert max_in_window(arrivals, 1.0) <= 5  # 4 a second, +1 for the window's edge
-    assert max(arrivals) - min(arrivals) >= 11 / 4 - 0.25  # spaced, not bunched (first-connection jitter)
+    assert (
+        max(arrivals) - min(arrivals) >= 11 / 4 - 0.25
+    )  # spaced, not bunched (first-connection jitter)
 
 
 def test_a_429_pauses_the_whole_job_for_its_retry_after(tmp_path: Path) -> None:
@@ -83,7 +83,9 @@ def test_a_429_pauses_the_whole_job_for_its_retry_after(tmp_path: Path) -> None:
     assert len(results(paths["out"])) == 8
 
 
-def run_batch_openai(paths: dict[str, Path], server: CountingServer, *options: str, quiet: bool = True):
+def run_batch_openai(
+    paths: dict[str, Path], server: CountingServer, *options: str, quiet: bool = True
+):
     import subprocess
 
     from tests.batch.helpers import batch_command, environment

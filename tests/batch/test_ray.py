@@ -39,7 +39,15 @@ TIMEOUT = 300
 
 def comparable(lines: list[dict]) -> list[tuple]:
     """Everything but the session id, which is fresh in every run."""
-    return [(line["key"], line["value"], json.dumps(line["error"]), json.dumps(line["usage"], sort_keys=True)) for line in lines]
+    return [
+        (
+            line["key"],
+            line["value"],
+            json.dumps(line["error"]),
+            json.dumps(line["usage"], sort_keys=True),
+        )
+        for line in lines
+    ]
 
 
 def test_local_and_ray_engines_give_identical_results(tmp_path: Path) -> None:
@@ -47,7 +55,18 @@ def test_local_and_ray_engines_give_identical_results(tmp_path: Path) -> None:
     outs = []
     for engine in ("local", "ray"):
         paths["out"] = tmp_path / f"{engine}.jsonl"
-        done = run_batch(paths, "--parallel", "8", "--engine", engine, "--actors", "2", "--job", engine, timeout=TIMEOUT)
+        done = run_batch(
+            paths,
+            "--parallel",
+            "8",
+            "--engine",
+            engine,
+            "--actors",
+            "2",
+            "--job",
+            engine,
+            timeout=TIMEOUT,
+        )
         assert "24 rows run" in done.stderr, done.stderr[-3000:]
         outs.append(results(paths["out"]))
     assert [line["key"] for line in outs[1]] == [str(n) for n in range(24)]
@@ -59,9 +78,19 @@ def test_an_actor_killed_mid_row_loses_and_duplicates_nothing_and_rpm_holds(tmp_
     paths = write_job(tmp_path, 40)
     with CountingServer("--latency-ms", "150") as server:
         done = subprocess.run(
-            [sys.executable, "-m", "tests.batch.ray_scenarios", "kill-actor", str(tmp_path), server.base_url],
-            cwd=ROOT, env={**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"},
-            capture_output=True, text=True, timeout=TIMEOUT,
+            [
+                sys.executable,
+                "-m",
+                "tests.batch.ray_scenarios",
+                "kill-actor",
+                str(tmp_path),
+                server.base_url,
+            ],
+            cwd=ROOT,
+            env={**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
         )
         stats = server.stats()
     assert done.returncode == 0, done.stderr[-3000:]
@@ -106,22 +135,46 @@ def test_a_separate_ray_head_on_the_loopback(tmp_path: Path) -> None:
     # Ray's unix sockets live under --temp-dir, and a socket path must stay under 108 bytes.
     short_dir = tempfile.mkdtemp(prefix="kedi-ray-", dir="/tmp")
     head = subprocess.Popen(
-        [ray_cli, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "2", "--include-dashboard", "false", "--disable-usage-stats",
-         "--temp-dir", short_dir],
-        env={**os.environ, **loopback}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--temp-dir",
+            short_dir,
+        ],
+        env={**os.environ, **loopback},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         wait_for_port(port, head, 120)
         paths = write_job(tmp_path, 6)
         done = subprocess.run(
             batch_command(paths, "--engine", "ray", "--address", f"127.0.0.1:{port}"),
-            env={**environment(paths["store"]), **loopback}, capture_output=True, text=True, timeout=TIMEOUT,
+            env={**environment(paths["store"]), **loopback},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        assert [line["value"] for line in results(paths["out"])] == [f"label-{n * 7 % 13}" for n in range(6)]
+        assert [line["value"] for line in results(paths["out"])] == [
+            f"label-{n * 7 % 13}" for n in range(6)
+        ]
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # the head's own process group: its raylet, GCS and workers
+        os.killpg(
+            head.pid, signal.SIGTERM
+        )  # the head's own process group: its raylet, GCS and workers
         try:
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -102,7 +102,12 @@ def test_sigkill_mid_row_then_resume_sends_only_the_unfinished_calls(
     [line] = results(paths["out"])
     assert line["value"] == "<row-0>" and line["error"] is None
     # the row's usage is its three calls' once: served ones by their recorded usage
-    assert line["usage"] == {"input_tokens": 30, "output_tokens": 15, "requests": 3, "tool_calls": 0}
+    assert line["usage"] == {
+        "input_tokens": 30,
+        "output_tokens": 15,
+        "requests": 3,
+        "tool_calls": 0,
+    }
     with sqlite3.connect(paths["store"]) as db:
         turns = db.execute(
             "SELECT count(*) FROM turns WHERE session_id = ?", (line["session"],)

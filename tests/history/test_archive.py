@@ -45,7 +45,9 @@ class Looping(BaseChatModel):
     def _llm_type(self) -> str:
         return "looping"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         self.seen.append(list(messages))
         n = len(self.seen)
         if n <= ROUNDS:
@@ -73,17 +75,35 @@ def kinds(messages: list[BaseMessage]) -> list[str]:
 def test_langchain_archives_completed_exchanges_and_the_lane_keeps_them_verbatim() -> None:
     model = Looping()
     conversation = kedi.Conversation()
-    adapter = LangChainAdapter(model, history_archive=HistoryArchive(max_exchanges=2, keep_recent=1))
-    assert PROGRAM.run_sync(adapter=adapter, env={"step": step}, conversation=conversation) == "finished"
+    adapter = LangChainAdapter(
+        model, history_archive=HistoryArchive(max_exchanges=2, keep_recent=1)
+    )
+    assert (
+        PROGRAM.run_sync(adapter=adapter, env={"step": step}, conversation=conversation)
+        == "finished"
+    )
     requests = [kinds(sent) for sent in model.seen]
-    assert requests[2] == ["user", "Ac1", "Tc1", "Ac2", "Tc2"]  # two exchanges: not past the threshold
+    assert requests[2] == [
+        "user",
+        "Ac1",
+        "Tc1",
+        "Ac2",
+        "Tc2",
+    ]  # two exchanges: not past the threshold
     assert requests[3] == ["user", "CP", "Ac3", "Tc3"]  # three: the older two are archived
     assert requests[5] == ["user", "CP", "Ac5", "Tc5"]
     checkpoint = model.seen[5][1]
-    assert checkpoint.content.startswith("[kedi-checkpoint:") and "4 earlier tool exchanges" in checkpoint.content
+    assert (
+        checkpoint.content.startswith("[kedi-checkpoint:")
+        and "4 earlier tool exchanges" in checkpoint.content
+    )
     assert "(calls c1, c2, c3, c4)" in checkpoint.content
     (lane,) = conversation.lanes.values()
-    assert kinds(list(lane.messages)) == ["user", *[f"{k}c{n}" for n in range(1, 6) for k in "AT"], "A"]
+    assert kinds(list(lane.messages)) == [
+        "user",
+        *[f"{k}c{n}" for n in range(1, 6) for k in "AT"],
+        "A",
+    ]
 
 
 def test_a_processor_sees_checkpoints_and_may_not_remove_one() -> None:
@@ -129,20 +149,34 @@ def pydantic_kinds(messages: list[ModelMessage]) -> list[str]:
 def test_pydantic_ai_archives_completed_exchanges_and_the_lane_keeps_them_verbatim() -> None:
     requests: list[list[ModelMessage]] = []
     conversation = kedi.Conversation()
-    adapter = PydanticAdapter(looping_model(requests), history_archive=HistoryArchive(max_exchanges=2, keep_recent=1))
-    assert PROGRAM.run_sync(adapter=adapter, env={"step": step}, conversation=conversation) == "finished"
+    adapter = PydanticAdapter(
+        looping_model(requests), history_archive=HistoryArchive(max_exchanges=2, keep_recent=1)
+    )
+    assert (
+        PROGRAM.run_sync(adapter=adapter, env={"step": step}, conversation=conversation)
+        == "finished"
+    )
     sent = [pydantic_kinds(r) for r in requests]
     assert sent[2] == ["user", "Ac1", "Tc1", "Ac2", "Tc2"]
     assert sent[3][:2] == ["user", "CP"] and sent[3][-2:] == ["Ac3", "Tc3"] and "Ac1" not in sent[3]
     assert sent[5][-2:] == ["Ac5", "Tc5"] and not {"Ac1", "Ac2", "Ac3"} & set(sent[5])
     (lane,) = conversation.lanes.values()
-    assert pydantic_kinds(list(lane.messages)) == ["user", *[f"{k}c{n}" for n in range(1, 6) for k in "AT"], "A"]
+    assert pydantic_kinds(list(lane.messages)) == [
+        "user",
+        *[f"{k}c{n}" for n in range(1, 6) for k in "AT"],
+        "A",
+    ]
     assert all(isinstance(m, ModelRequest | ModelResponse) for m in lane.messages)
 
 
 def test_bad_archive_settings_are_config_errors() -> None:
-    with pytest.raises(kedi.KediConfigError, match="keep_recent must be an integer from 0 to max_exchanges - 1, not 3"):
+    with pytest.raises(
+        kedi.KediConfigError,
+        match="keep_recent must be an integer from 0 to max_exchanges - 1, not 3",
+    ):
         HistoryArchive(max_exchanges=3, keep_recent=3)
-    with pytest.raises(kedi.KediConfigError, match="history_archive takes a HistoryArchive or an int, not str"):
+    with pytest.raises(
+        kedi.KediConfigError, match="history_archive takes a HistoryArchive or an int, not str"
+    ):
         archive_policy("8")  # type: ignore[arg-type]
     assert archive_policy(1) == HistoryArchive(max_exchanges=1, keep_recent=0)

@@ -16,12 +16,19 @@ def random_turn(rng: random.Random, number: int) -> list[Message]:
         turn.insert(0, Message(role="system", content="be brief"))
     if rng.random() < 0.5:
         ids = [f"c{number}-{i}" for i in range(rng.randrange(1, 3))]
-        turn.append(Message(role="assistant", tool_calls=[ToolCall(id=i, name="f", args='{"a": 1}') for i in ids]))
+        turn.append(
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id=i, name="f", args='{"a": 1}') for i in ids],
+            )
+        )
         for call_id in ids:
             if rng.random() < 0.8:
                 turn.append(Message(role="tool", tool_call_id=call_id, tool_name="f", content="ok"))
         if rng.random() < 0.1:
-            turn.append(Message(role="tool", tool_call_id="stray", tool_name="f", content="dropped"))
+            turn.append(
+                Message(role="tool", tool_call_id="stray", tool_name="f", content="dropped")
+            )
     turn.append(Message(role="assistant", content=f"answer {number}"))
     return turn
 
@@ -54,7 +61,9 @@ def test_per_call_work_reads_only_the_new_messages() -> None:
 
     lane = Lane(LaneKey("offline", "offline", ""), "conversation")
     for number in range(1000):
-        lane.append([Message(role="user", content=f"q{number}"), Message(role="assistant", content="a")])
+        lane.append(
+            [Message(role="user", content=f"q{number}"), Message(role="assistant", content="a")]
+        )
         lane.messages.incremental("request history", Counting)
     assert walked == 2000
 

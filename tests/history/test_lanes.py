@@ -38,12 +38,18 @@ async def commit(lane: Lane, ticket: int, messages: list[Message], **options: An
 
 def test_settings_are_canonical_in_the_key() -> None:
     adapter = OfflineAdapter()
-    same = LaneKey.for_call(adapter, {"temperature": 1, "stop": ["a"], "extra_body": {"x": 2, "y": 3.0}})
-    other_spelling = LaneKey.for_call(adapter, {"extra_body": {"y": 3, "x": 2.0}, "stop": ("a",), "temperature": 1.0})
+    same = LaneKey.for_call(
+        adapter, {"temperature": 1, "stop": ["a"], "extra_body": {"x": 2, "y": 3.0}}
+    )
+    other_spelling = LaneKey.for_call(
+        adapter, {"extra_body": {"y": 3, "x": 2.0}, "stop": ("a",), "temperature": 1.0}
+    )
     assert same == other_spelling
     assert LaneKey.for_call(adapter, {"temperature": 0.5}) != same
     assert LaneKey.for_call(adapter, {"seed": True}) != LaneKey.for_call(adapter, {"seed": 1})
-    assert canonical_digest({"tags": {"b", "a", "c"}}) == canonical_digest({"tags": frozenset("cab")})
+    assert canonical_digest({"tags": {"b", "a", "c"}}) == canonical_digest(
+        {"tags": frozenset("cab")}
+    )
 
 
 def test_transport_only_settings_share_the_lane() -> None:
@@ -60,7 +66,10 @@ def test_transport_only_settings_share_the_lane() -> None:
     shaping = {"temperature": 0.2}
     base = LaneKey.for_call(adapter, shaping)
     rotated = {"extra_headers": {"Authorization": "Bearer new"}, "timeout": 5, "max_retries": 0}
-    assert LaneKey.for_call(adapter, {**shaping, **rotated, "request_limit": 3, "num_retries": 1}) == base
+    assert (
+        LaneKey.for_call(adapter, {**shaping, **rotated, "request_limit": 3, "num_retries": 1})
+        == base
+    )
     assert LaneKey.for_call(adapter, {"timeout": 5}) == LaneKey.for_call(adapter, {})
     assert LaneKey.for_call(adapter, {**shaping, "extra_body": {"x": 1}}) != base
 
@@ -106,7 +115,9 @@ async def test_cache_identity_is_stable_within_an_epoch_and_rotates_once_per_rew
     assert [m.content for m in lane.messages] == ["q0", "a0", "q3", "a3"]
     await commit(lane, lane.reserve(), turn(4))
     assert (lane.cache_key, lane.epoch) == (second, 1)
-    await commit(lane, lane.reserve(), turn(5), rewritten=[], rewrites=2)  # two rewrites in one call
+    await commit(
+        lane, lane.reserve(), turn(5), rewritten=[], rewrites=2
+    )  # two rewrites in one call
     assert lane.epoch == 3
     assert len({first, second, lane.cache_key}) == 3
 
@@ -247,7 +258,10 @@ def test_seeding_checks_messages_against_the_lane_format() -> None:
     with pytest.raises(HistoryError, match="sequence of messages, not dict"):
         Lane(KEY, "c").seed({"role": "user", "content": "ok"})  # type: ignore[arg-type]
     native = Lane(LaneKey("pydantic", "m", "s", format="pydantic-ai"), "c")
-    with pytest.raises(HistoryError, match="holds pydantic-ai messages, not kedi Messages; messages are never translated"):
+    with pytest.raises(
+        HistoryError,
+        match="holds pydantic-ai messages, not kedi Messages; messages are never translated",
+    ):
         native.seed(turn(0))
     with pytest.raises(HistoryError, match="history message 0: .* not serialized data"):
         native.seed([{"kind": "request", "parts": []}])

@@ -38,7 +38,9 @@ def test_shared_defaults_survive_copies_and_pickles() -> None:
     changed = message.model_copy(update={"content": "b"})
     assert changed.content == "b" and message.content == "a"
     assert message.model_fields_set == {"role", "content", "run_id"}
-    assert Message(role="user", content="z", run_id="q").model_fields_set is message.model_fields_set
+    assert (
+        Message(role="user", content="z", run_id="q").model_fields_set is message.model_fields_set
+    )
     call = Message(role="assistant", tool_calls=[{"id": "1", "name": "f"}]).tool_calls[0]
     assert call.model_fields_set is ToolCall(id="2", name="g").model_fields_set == {"id", "name"}
 
@@ -89,7 +91,12 @@ def test_collector_pauses_in_threads_leave_it_enabled() -> None:
 
 
 def _document(messages: list[dict[str, object]]) -> str:
-    lane = {"key": {"adapter": "script", "model": "m", "settings": "d"}, "epoch": 0, "format": "portable", "messages": messages}
+    lane = {
+        "key": {"adapter": "script", "model": "m", "settings": "d"},
+        "epoch": 0,
+        "format": "portable",
+        "messages": messages,
+    }
     return json.dumps({"version": 1, "conversation_id": "c1", "lanes": [lane]})
 
 
@@ -99,15 +106,29 @@ def _only_lane(conversation: Conversation) -> Lane:
 
 
 def test_a_loaded_lane_builds_each_message_when_first_read_and_keeps_it() -> None:
-    text = _document([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "toolCalls": [{"id": "1", "name": "f", "args": {"a": 1}}]}])
+    text = _document(
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "toolCalls": [{"id": "1", "name": "f", "args": {"a": 1}}],
+            },
+        ]
+    )
     view = _only_lane(Conversation.loads(text)).messages
     assert isinstance(view[1], Message) and view[1].tool_calls[0].args == '{"a":1}'
     assert view[1] is view[1] and view[0] is list(view)[0] and view[:] == [view[0], view[1]]
-    assert Conversation.loads(Conversation.loads(text).dumps()).dumps() == Conversation.loads(text).dumps()
+    assert (
+        Conversation.loads(Conversation.loads(text).dumps()).dumps()
+        == Conversation.loads(text).dumps()
+    )
 
 
 def test_loading_a_long_lane_keeps_it_compact_and_still_names_a_bad_message() -> None:
-    messages: list[dict[str, object]] = [{"role": "user", "content": f"m{index}"} for index in range(100_000)]
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": f"m{index}"} for index in range(100_000)
+    ]
     text = _document(messages)
     tracemalloc.start()
     try:
@@ -117,8 +138,13 @@ def test_loading_a_long_lane_keeps_it_compact_and_still_names_a_bad_message() ->
         tracemalloc.stop()
     assert per_message < 350, per_message  # about 600 bytes when every message was built at load
     assert _only_lane(conversation).messages[99_999] == Message(role="user", content="m99999")
-    messages[25_000] = {"role": "user", "toolCalls": [{"id": "1", "name": "f"}]}  # past the first checked chunk
-    with pytest.raises(HistoryError, match=r"lanes\[0\]\.messages: history message 25000: .*toolCalls"):
+    messages[25_000] = {
+        "role": "user",
+        "toolCalls": [{"id": "1", "name": "f"}],
+    }  # past the first checked chunk
+    with pytest.raises(
+        HistoryError, match=r"lanes\[0\]\.messages: history message 25000: .*toolCalls"
+    ):
         Conversation.loads(_document(messages))
 
 
@@ -136,4 +162,6 @@ def test_a_loaded_conversation_carries_its_history_into_a_run() -> None:
     loaded = Conversation.loads(conversation.dumps())
     program.run_sync(model="offline", conversation=loaded)
     lane = _only_lane(loaded)
-    assert len(lane) == 2 * len(_only_lane(conversation)) and all(isinstance(m, Message) for m in lane.messages)
+    assert len(lane) == 2 * len(_only_lane(conversation)) and all(
+        isinstance(m, Message) for m in lane.messages
+    )

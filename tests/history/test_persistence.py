@@ -32,7 +32,9 @@ def portable_conversation() -> Conversation:
                 tool_calls=[ToolCall(id="c1", name="lookup", args='{"q": "trunc')],
                 run_id="r1",
             ),
-            Message(role="tool", tool_call_id="c1", tool_name="lookup", content="found", failed=True),
+            Message(
+                role="tool", tool_call_id="c1", tool_name="lookup", content="found", failed=True
+            ),
             Message(role="assistant", content="Done"),
         ]
     )
@@ -56,9 +58,19 @@ def test_the_document_is_versioned_json_with_portable_messages_in_c1_form() -> N
     assert (first["epoch"], first["format"], second["epoch"]) == (0, "portable", 2)
     assert first["messages"][:2] == [
         {"role": "user", "content": "Find it", "runId": "r1", "conversationId": "conv-1"},
-        {"role": "assistant", "toolCalls": [{"id": "c1", "name": "lookup", "args": '{"q": "trunc'}], "runId": "r1"},
+        {
+            "role": "assistant",
+            "toolCalls": [{"id": "c1", "name": "lookup", "args": '{"q": "trunc'}],
+            "runId": "r1",
+        },
     ]
-    assert first["messages"][2] == {"role": "tool", "content": "found", "toolCallId": "c1", "toolName": "lookup", "failed": True}
+    assert first["messages"][2] == {
+        "role": "tool",
+        "content": "found",
+        "toolCallId": "c1",
+        "toolName": "lookup",
+        "failed": True,
+    }
 
 
 def test_a_portable_conversation_round_trips_with_its_cache_identities() -> None:
@@ -74,7 +86,11 @@ def test_a_portable_conversation_round_trips_with_its_cache_identities() -> None
 
 
 def test_portable_lanes_load_without_any_adapter_module() -> None:
-    text = portable_conversation().dumps().replace('"adapter": "script"', '"adapter": "my-own-adapter"')
+    text = (
+        portable_conversation()
+        .dumps()
+        .replace('"adapter": "script"', '"adapter": "my-own-adapter"')
+    )
     code = (
         "import sys; from kedi.history.persistence import loads\n"
         f"conversation = loads({text!r})\n"
@@ -83,7 +99,9 @@ def test_portable_lanes_load_without_any_adapter_module() -> None:
         "print(sorted(loaded & {'pydantic_ai', 'langchain_core', *(f'kedi.adapters.{name}' for name in ("
         "'offline', 'scripted', 'openai', 'pydantic_ai', 'langchain'))}))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -99,8 +117,12 @@ def pydantic_messages() -> list[Any]:
     )
 
     return [
-        ModelRequest(parts=[UserPromptPart("Weather in Oslo?")], run_id="r1", conversation_id="conv-1"),
-        ModelResponse(parts=[ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="t1")], model_name="m"),
+        ModelRequest(
+            parts=[UserPromptPart("Weather in Oslo?")], run_id="r1", conversation_id="conv-1"
+        ),
+        ModelResponse(
+            parts=[ToolCallPart("weather", {"city": "Oslo"}, tool_call_id="t1")], model_name="m"
+        ),
         ModelRequest(parts=[ToolReturnPart("weather", "rain", tool_call_id="t1")]),
         ModelResponse(parts=[TextPart("It rains.")], model_name="m"),
     ]
@@ -174,7 +196,10 @@ def test_a_given_adapter_serializes_its_lanes() -> None:
 def test_a_native_lane_of_an_unknown_adapter_needs_that_adapter() -> None:
     conversation = Conversation()
     conversation.lane(LaneKey("homegrown", "m", "s", format="homegrown-json")).append([object()])
-    with pytest.raises(HistoryError, match=r"homegrown-json messages of adapter 'homegrown' need that adapter .* pass it as adapters=\[\.\.\.\]"):
+    with pytest.raises(
+        HistoryError,
+        match=r"homegrown-json messages of adapter 'homegrown' need that adapter .* pass it as adapters=\[\.\.\.\]",
+    ):
         conversation.dumps()
 
 
@@ -182,7 +207,10 @@ def test_a_lane_whose_format_is_not_its_adapters_is_refused() -> None:
     document = json.loads(portable_conversation().dumps())
     document["lanes"][0]["key"]["adapter"] = "pydantic"
     document["lanes"][0]["format"] = "langchain"
-    with pytest.raises(HistoryError, match="lanes\\[0\\]: the lane holds langchain messages but adapter 'pydantic' uses pydantic-ai messages"):
+    with pytest.raises(
+        HistoryError,
+        match="lanes\\[0\\]: the lane holds langchain messages but adapter 'pydantic' uses pydantic-ai messages",
+    ):
         load_conversation(document)
 
 
@@ -200,23 +228,56 @@ def edited(change: Any) -> dict[str, Any]:
     ("document", "message"),
     [
         ([], "the conversation document: expected a JSON object, not a list"),
-        ({**valid(), "version": 2}, "unsupported conversation format version 2 (this kedi reads version 1)"),
+        (
+            {**valid(), "version": 2},
+            "unsupported conversation format version 2 (this kedi reads version 1)",
+        ),
         ({"conversation_id": "c", "lanes": []}, "unsupported conversation format version None"),
-        ({**valid(), "conversation_id": ""}, "the conversation document.conversation_id: expected a non-empty string, not ''"),
+        (
+            {**valid(), "conversation_id": ""},
+            "the conversation document.conversation_id: expected a non-empty string, not ''",
+        ),
         ({**valid(), "lanes": {}}, "lanes: expected a list of lanes, not an object"),
-        (edited(lambda d: d["lanes"].__setitem__(1, "lane")), "lanes[1]: expected a JSON object, not a string"),
-        (edited(lambda d: d["lanes"][0].pop("key")), "lanes[0].key: expected a JSON object, not null"),
-        (edited(lambda d: d["lanes"][0]["key"].pop("adapter")), "lanes[0].key.adapter: expected a non-empty string, not None"),
-        (edited(lambda d: d["lanes"][0]["key"].__setitem__("model", 3)), "lanes[0].key.model: expected a string, not 3"),
-        (edited(lambda d: d["lanes"][0].pop("format")), "lanes[0].format: expected a non-empty string, not None"),
-        (edited(lambda d: d["lanes"][0].__setitem__("epoch", -1)), "lanes[0].epoch: expected an integer >= 0, not -1"),
-        (edited(lambda d: d["lanes"][0].__setitem__("epoch", True)), "lanes[0].epoch: expected an integer >= 0, not True"),
-        (edited(lambda d: d["lanes"][0].__setitem__("messages", "x")), "lanes[0].messages: expected a list, not a string"),
+        (
+            edited(lambda d: d["lanes"].__setitem__(1, "lane")),
+            "lanes[1]: expected a JSON object, not a string",
+        ),
+        (
+            edited(lambda d: d["lanes"][0].pop("key")),
+            "lanes[0].key: expected a JSON object, not null",
+        ),
+        (
+            edited(lambda d: d["lanes"][0]["key"].pop("adapter")),
+            "lanes[0].key.adapter: expected a non-empty string, not None",
+        ),
+        (
+            edited(lambda d: d["lanes"][0]["key"].__setitem__("model", 3)),
+            "lanes[0].key.model: expected a string, not 3",
+        ),
+        (
+            edited(lambda d: d["lanes"][0].pop("format")),
+            "lanes[0].format: expected a non-empty string, not None",
+        ),
+        (
+            edited(lambda d: d["lanes"][0].__setitem__("epoch", -1)),
+            "lanes[0].epoch: expected an integer >= 0, not -1",
+        ),
+        (
+            edited(lambda d: d["lanes"][0].__setitem__("epoch", True)),
+            "lanes[0].epoch: expected an integer >= 0, not True",
+        ),
+        (
+            edited(lambda d: d["lanes"][0].__setitem__("messages", "x")),
+            "lanes[0].messages: expected a list, not a string",
+        ),
         (
             edited(lambda d: d["lanes"][1]["messages"].append({"role": "robot"})),
             "lanes[1].messages: history message 2: invalid Message: role:",
         ),
-        (edited(lambda d: d["lanes"].append(d["lanes"][0])), "lanes[2]: a second lane with the key of an earlier one"),
+        (
+            edited(lambda d: d["lanes"].append(d["lanes"][0])),
+            "lanes[2]: a second lane with the key of an earlier one",
+        ),
     ],
 )
 def test_malformed_documents_name_the_problem(document: Any, message: str) -> None:
@@ -235,7 +296,10 @@ def test_unknown_fields_are_ignored_and_missing_optional_key_parts_default() -> 
 
 
 def test_text_that_is_not_json_is_a_history_error() -> None:
-    with pytest.raises(HistoryError, match="a saved conversation must be JSON: Expecting property name enclosed in double quotes: line 1 column 2"):
+    with pytest.raises(
+        HistoryError,
+        match="a saved conversation must be JSON: Expecting property name enclosed in double quotes: line 1 column 2",
+    ):
         Conversation.loads("{not json")
 
 
@@ -250,7 +314,9 @@ def test_save_replaces_the_file_atomically_and_privately(tmp_path: Path) -> None
     assert Conversation.load(path).dumps() == conversation.dumps()
 
 
-def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_save_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "conversation.json"
     path.write_text("old contents")
 
@@ -265,11 +331,18 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path: Path, monk
 
 
 def test_file_problems_are_usage_errors_and_bad_contents_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(KediUsageError, match="cannot save to .*missing/c.json: No such file or directory"):
+    with pytest.raises(
+        KediUsageError, match="cannot save to .*missing/c.json: No such file or directory"
+    ):
         portable_conversation().save(tmp_path / "missing" / "c.json")
-    with pytest.raises(KediUsageError, match="cannot read conversation file .*nothing.json: No such file or directory"):
+    with pytest.raises(
+        KediUsageError,
+        match="cannot read conversation file .*nothing.json: No such file or directory",
+    ):
         Conversation.load(tmp_path / "nothing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 1, "conversation_id": "c", "lanes": 5}')
-    with pytest.raises(HistoryError, match=f"^{bad}: lanes: expected a list of lanes, not a number$"):
+    with pytest.raises(
+        HistoryError, match=f"^{bad}: lanes: expected a list of lanes, not a number$"
+    ):
         Conversation.load(bad)

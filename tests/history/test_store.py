@@ -24,7 +24,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "store.db")
     dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
     if not dsn:
-        pytest.skip("needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval \"$(.ci/start-postgres)\")")
+        pytest.skip('needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval "$(.ci/start-postgres)")')
     return dsn
 
 
@@ -32,20 +32,40 @@ def test_turns_rebuild_the_conversation_exactly(location: str) -> None:
     with open_store(location) as store:
         session = store.create_session(name=f"s-{uuid.uuid4()}", program="p.kedi")
         run = store.begin_run(session.id, program="p.kedi")
-        first = [{"role": "user", "content": "a", "runId": "r1"}, {"role": "assistant", "content": "b"}]
+        first = [
+            {"role": "user", "content": "a", "runId": "r1"},
+            {"role": "assistant", "content": "b"},
+        ]
         store.commit_turn(TurnRecord(session_id=session.id, run_no=run, lane=KEY, messages=first))
         # a processor's rewrite replaces the prior history and starts a new epoch
-        store.commit_turn(TurnRecord(session_id=session.id, run_no=run, lane=KEY, epoch=1,
-                                     rewritten=[{"role": "user", "content": "summary"}],
-                                     messages=[{"role": "user", "content": "c"}]))
-        store.commit_turn(TurnRecord(session_id=session.id, run_no=run, lane=KEY, history=False,
-                                     messages=[{"role": "user", "content": "stateless"}]))
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=KEY,
+                epoch=1,
+                rewritten=[{"role": "user", "content": "summary"}],
+                messages=[{"role": "user", "content": "c"}],
+            )
+        )
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=KEY,
+                history=False,
+                messages=[{"role": "user", "content": "stateless"}],
+            )
+        )
         store.finish_run(session.id, run, "ok")
         lane = store.load_conversation(session.id).lane(KEY)
         assert [m.content for m in lane.messages] == ["summary", "c"] and lane.epoch == 1
         assert store.load_conversation(session.id).conversation_id == session.id
         assert isinstance(lane.messages[0], Message)
-        assert store.session(session.name).turns == 3 and store.session(session.id[:13]).id == session.id
+        assert (
+            store.session(session.name).turns == 3
+            and store.session(session.id[:13]).id == session.id
+        )
         fork = store.fork_session(session.id, name=f"f-{uuid.uuid4()}")
         assert fork.parent == session.id and [t.seq for t in store.turns(fork.id)] == [1, 2, 3]
         with pytest.raises(StoreError, match="already exists"):
@@ -56,7 +76,9 @@ def test_turns_rebuild_the_conversation_exactly(location: str) -> None:
 
 def test_extra_rows_commit_in_the_same_transaction_or_not_at_all(location: str) -> None:
     with open_store(location) as store:
-        store.extend_schema("ledger-test", 1, ["CREATE TABLE IF NOT EXISTS ledger_test (item TEXT PRIMARY KEY)"])
+        store.extend_schema(
+            "ledger-test", 1, ["CREATE TABLE IF NOT EXISTS ledger_test (item TEXT PRIMARY KEY)"]
+        )
         session = store.create_session()
         item = str(uuid.uuid4())
 
@@ -65,10 +87,14 @@ def test_extra_rows_commit_in_the_same_transaction_or_not_at_all(location: str) 
             raise RuntimeError("caller failed after writing its row")
 
         with pytest.raises(RuntimeError):
-            store.commit_turn(TurnRecord(session_id=session.id, lane=KEY, messages=[]), extra=failing)
+            store.commit_turn(
+                TurnRecord(session_id=session.id, lane=KEY, messages=[]), extra=failing
+            )
         assert store.turns(session.id) == [] and store.session(session.id).turns == 0
-        store.commit_turn(TurnRecord(session_id=session.id, lane=KEY, messages=[]),
-                          extra=lambda tx: tx.execute("INSERT INTO ledger_test (item) VALUES (?)", (item,)))
+        store.commit_turn(
+            TurnRecord(session_id=session.id, lane=KEY, messages=[]),
+            extra=lambda tx: tx.execute("INSERT INTO ledger_test (item) VALUES (?)", (item,)),
+        )
         with store.transaction() as tx:
             assert tx.query("SELECT item FROM ledger_test WHERE item = ?", (item,)) == [(item,)]
 
@@ -77,7 +103,9 @@ def test_a_session_its_run_and_first_turn_commit_together_and_idempotently(locat
     """The transaction-level forms (`kedi batch` creates a row's session with its first write, every write)."""
     with open_store(location) as store:
         session_id, name = str(uuid.uuid4()), f"batch/j/{uuid.uuid4()}"
-        for _ in range(2):  # the second write of the same session leaves its session and run as they are
+        for _ in range(
+            2
+        ):  # the second write of the same session leaves its session and run as they are
             with store.transaction() as tx:
                 tx.create_session(session_id, name=name, program="p.kedi", if_absent=True)
                 assert tx.begin_run(session_id, program="p.kedi", run_no=1) == 1
@@ -86,12 +114,16 @@ def test_a_session_its_run_and_first_turn_commit_together_and_idempotently(locat
             tx.create_session(str(uuid.uuid4()), name="rolled-back")
             raise RuntimeError
         assert store.find_session("rolled-back") is None
-        assert store.session(name).turns == 2 and [run.run_no for run in store.runs(session_id)] == [1]
+        assert store.session(name).turns == 2 and [
+            run.run_no for run in store.runs(session_id)
+        ] == [1]
         with store.transaction() as tx:
             tx.finish_run(session_id, 1, "failed", failure={"lane": "x", "messages": []})
         store.reopen_run(session_id, 1)
         [run] = store.runs(session_id)
-        assert run.status == "running" and run.failure is None  # the resuming run holds the evidence it read
+        assert (
+            run.status == "running" and run.failure is None
+        )  # the resuming run holds the evidence it read
         assert store.begin_run(session_id) == 2  # the next number, as before
         with pytest.raises(StoreError), store.transaction() as tx:  # a name is one session's
             tx.create_session(str(uuid.uuid4()), name=name, if_absent=True)
@@ -105,7 +137,10 @@ def test_migrations_run_forward_once_and_a_newer_store_is_refused(location: str)
         store.extend_schema(component, 1, [f"CREATE TABLE {component} (a TEXT)"])  # not run again
         store.extend_schema(component, 2, [f"ALTER TABLE {component} ADD COLUMN b TEXT"])
         assert store.schema_version(component) == 2
-        with pytest.raises(StoreError, match=rf"written by a newer kedi \({component} schema version 2; this kedi knows up to 1\)"):
+        with pytest.raises(
+            StoreError,
+            match=rf"written by a newer kedi \({component} schema version 2; this kedi knows up to 1\)",
+        ):
             store.extend_schema(component, 1, [])
         with store.transaction() as tx:
             tx.execute(f"DROP TABLE {component}")
@@ -130,7 +165,9 @@ def test_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         open_store(tmp_path / "junk.db")
 
 
-def test_a_postgres_location_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_postgres_location_without_psycopg_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import sys
 
     from kedi.errors import ExtraNotInstalledError
@@ -142,7 +179,10 @@ def test_a_postgres_location_without_psycopg_names_the_extra(monkeypatch: pytest
 
 def test_an_unreachable_postgres_server_is_a_clear_error_with_no_password() -> None:
     pytest.importorskip("psycopg", reason="needs psycopg: pip install 'kedi[postgres]'")
-    with pytest.raises(StoreError, match=r"cannot connect to the history store postgresql://(kedi:)?\*\*\*@127.0.0.1:1/x") as caught:
+    with pytest.raises(
+        StoreError,
+        match=r"cannot connect to the history store postgresql://(kedi:)?\*\*\*@127.0.0.1:1/x",
+    ) as caught:
         open_store("postgresql://kedi:hunter2@127.0.0.1:1/x", busy_timeout=1)
     assert "hunter2" not in str(caught.value)
 
@@ -178,6 +218,15 @@ def test_summaries_are_the_records_shown_fields(location: str) -> None:
         assert list(store.turn_summaries(session.id)) == []
     assert len(summaries) == len(records) == 3
     for record, summary in zip(records, summaries, strict=True):
-        assert summary == (record.seq, record.run_no, record.lane, record.lane.label(), record.history,
-                           record.origin, record.messages, record.value, record.usage)
+        assert summary == (
+            record.seq,
+            record.run_no,
+            record.lane,
+            record.lane.label(),
+            record.history,
+            record.origin,
+            record.messages,
+            record.value,
+            record.usage,
+        )
         assert summary.history is record.history and summary.lane_label == record.lane.label()

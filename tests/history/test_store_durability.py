@@ -24,13 +24,15 @@ from kedi.history.lanes import LaneKey
 from kedi.history.store import StoreError, TurnRecord, open_store
 
 KEY = LaneKey("offline", "offline", "digest")
-PROBE = ["CREATE TABLE IF NOT EXISTS probe (session_id TEXT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (session_id, seq))"]
+PROBE = [
+    "CREATE TABLE IF NOT EXISTS probe (session_id TEXT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (session_id, seq))"
+]
 
 
 def postgres_dsn() -> str:
     dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
     if not dsn:
-        pytest.skip("needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval \"$(.ci/start-postgres)\")")
+        pytest.skip('needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval "$(.ci/start-postgres)")')
     return dsn
 
 
@@ -42,8 +44,12 @@ def commit_forever(location: str, session_id: str, tag: str, limit: int | None, 
     while limit is None or count < limit:
         count += 1
         turn = TurnRecord(
-            session_id=session_id, lane=KEY,
-            messages=[{"role": "user", "content": f"{tag} {count} " + "x" * 200}, {"role": "assistant", "content": f"{tag} reply {count}"}],
+            session_id=session_id,
+            lane=KEY,
+            messages=[
+                {"role": "user", "content": f"{tag} {count} " + "x" * 200},
+                {"role": "assistant", "content": f"{tag} reply {count}"},
+            ],
         )
         holder: list[int] = []
 
@@ -90,11 +96,16 @@ def check_consistent(location: str, session_id: str, acks: list[int]) -> int:
         assert seqs == list(range(1, len(seqs) + 1)), "turn numbers have a gap"
         assert set(acks) <= set(seqs), "a committed (acknowledged) turn was lost"
         with store.transaction() as tx:
-            probes = sorted(row[0] for row in tx.query("SELECT seq FROM probe WHERE session_id = ?", (session_id,)))
+            probes = sorted(
+                row[0]
+                for row in tx.query("SELECT seq FROM probe WHERE session_id = ?", (session_id,))
+            )
         assert probes == seqs, "half a turn: a turn and its same-transaction row disagree"
         assert store.session(session_id).turns == len(seqs)
         for turn in turns:
-            assert len(turn.messages) == 2 and turn.messages[1]["content"].endswith(str(turn.messages[0]["content"].split()[1]))
+            assert len(turn.messages) == 2 and turn.messages[1]["content"].endswith(
+                str(turn.messages[0]["content"].split()[1])
+            )
         assert len(store.load_conversation(session_id).lane(KEY)) == 2 * len(turns)
         return len(turns)
     finally:
@@ -154,7 +165,11 @@ def concurrent_writers(location: str, processes: int, each: int) -> None:
     turns = store.turns(session.id)
     store.close()
     for n in range(processes):  # each writer's turns appear in the order it committed them
-        mine = [int(t.messages[0]["content"].split()[1]) for t in turns if t.messages[0]["content"].startswith(f"w{n} ")]
+        mine = [
+            int(t.messages[0]["content"].split()[1])
+            for t in turns
+            if t.messages[0]["content"].startswith(f"w{n} ")
+        ]
         assert mine == list(range(1, each + 1))
 
 
@@ -176,7 +191,9 @@ def test_a_store_locked_too_long_fails_with_a_clear_error(tmp_path: Path) -> Non
     holder = sqlite3.connect(location, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(StoreError, match=r"stayed locked by another process for more than 0.2s"):
+        with pytest.raises(
+            StoreError, match=r"stayed locked by another process for more than 0.2s"
+        ):
             open_store(location, busy_timeout=0.2)
     finally:
         holder.execute("ROLLBACK")

@@ -30,7 +30,9 @@ def test_eight_threads_times_twenty_runs_commit_whole_turns_in_ticket_order() ->
     def worker(who: str) -> None:
         try:
             for n in range(RUNS):
-                program.run_sync(args={"who": who, "n": str(n)}, model="offline", conversation=conversation)
+                program.run_sync(
+                    args={"who": who, "n": str(n)}, model="offline", conversation=conversation
+                )
         except BaseException as exc:  # pragma: no cover - reported below
             failures.append(exc)
 
@@ -51,5 +53,9 @@ def test_eight_threads_times_twenty_runs_commit_whole_turns_in_ticket_order() ->
     # Each thread's turns appear in the order its runs made them.
     for i in range(THREADS):
         said = [m.content for m in messages if m.role == "user" and m.content.startswith(f"t{i} ")]
-        expected = [f"t{i} {verb} {n} [{name}]" for n in range(RUNS) for verb, name in (("says", "reply"), ("again", "again"))]
+        expected = [
+            f"t{i} {verb} {n} [{name}]"
+            for n in range(RUNS)
+            for verb, name in (("says", "reply"), ("again", "again"))
+        ]
         assert said == expected

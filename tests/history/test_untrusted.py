@@ -29,7 +29,12 @@ KEY = {"adapter": "script", "model": "replies.json", "settings": "d", "mcp": "",
 
 
 def document(**changes: Any) -> dict[str, Any]:
-    lane = {"key": dict(KEY), "epoch": 0, "format": "portable", "messages": [{"role": "user", "content": "hi"}]}
+    lane = {
+        "key": dict(KEY),
+        "epoch": 0,
+        "format": "portable",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return {"version": 1, "conversation_id": "c1", "lanes": [lane], **changes}
 
 
@@ -41,7 +46,9 @@ def refused(text: str | bytes) -> str:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -64,12 +71,27 @@ def test_arbitrary_json_is_a_conversation_or_a_history_error(value: Any) -> None
         pass
 
 
-PLACES = ["version", "conversation_id", "lanes", "lane", "key", "adapter", "format", "epoch", "messages", "message", "role", "content"]
+PLACES = [
+    "version",
+    "conversation_id",
+    "lanes",
+    "lane",
+    "key",
+    "adapter",
+    "format",
+    "epoch",
+    "messages",
+    "message",
+    "role",
+    "content",
+]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PLACES), json_values)
-def test_a_valid_document_with_any_value_swapped_in_loads_or_is_a_history_error(place: str, value: Any) -> None:
+def test_a_valid_document_with_any_value_swapped_in_loads_or_is_a_history_error(
+    place: str, value: Any
+) -> None:
     data = document()
     lane = data["lanes"][0]
     if place in ("version", "conversation_id", "lanes"):
@@ -100,17 +122,28 @@ def test_a_valid_document_with_any_value_swapped_in_loads_or_is_a_history_error(
         (json.dumps(document(conversation_id=True)), "conversation_id"),
         (json.dumps(document()).replace('"epoch": 0', '"epoch": true'), "epoch"),
         (json.dumps(document()).replace('"content": "hi"', '"content": true'), "content"),
-        (json.dumps(document()).replace('"hi"', '"a\\ud800b"'), "lanes[0].messages[0].content: the lone surrogate"),
+        (
+            json.dumps(document()).replace('"hi"', '"a\\ud800b"'),
+            "lanes[0].messages[0].content: the lone surrogate",
+        ),
         (json.dumps(document()).replace('"hi"', '"\\udc00"'), "lone surrogate"),
-        (json.dumps(document()).replace('"c1"', '"c\\ud800"'), "conversation_id: the lone surrogate"),
+        (
+            json.dumps(document()).replace('"c1"', '"c\\ud800"'),
+            "conversation_id: the lone surrogate",
+        ),
         (json.dumps(document()).replace('"hi"', '"a\ud800b"'), "lone surrogate '\\ud800'"),
         ("\ud83d", "lone surrogate"),
         (b"\xed\xa0\x80", "UTF-8"),  # an encoded surrogate: not UTF-8
         (b"\xff\xfe{", "UTF-8"),
-        (json.dumps(document(lanes=[{**document()["lanes"][0], "format": "pydantic-ai"}])), "lanes[0]"),
+        (
+            json.dumps(document(lanes=[{**document()["lanes"][0], "format": "pydantic-ai"}])),
+            "lanes[0]",
+        ),
     ],
 )
-def test_hostile_documents_are_refused_with_the_place_named(text: str | bytes, problem: str) -> None:
+def test_hostile_documents_are_refused_with_the_place_named(
+    text: str | bytes, problem: str
+) -> None:
     assert problem in refused(text)
 
 
@@ -131,7 +164,9 @@ def conversation_with(content: str) -> Conversation:
 def test_save_refuses_a_lone_surrogate_and_keeps_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "conv.json"
     save(conversation_with("fine"), path)
-    with pytest.raises(HistoryError, match=r"lanes\[0\]\.messages\[0\]\.content: the lone surrogate"):
+    with pytest.raises(
+        HistoryError, match=r"lanes\[0\]\.messages\[0\]\.content: the lone surrogate"
+    ):
         save(conversation_with("a\ud800b"), path)
     assert [m.content for m in load(path).lanes[next(iter(load(path).lanes))].messages] == ["fine"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conv.json"]  # no temporary left

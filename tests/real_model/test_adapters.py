@@ -35,7 +35,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(params=ADAPTERS)
-def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def target(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
     """`run_sync` options reaching the model through one adapter."""
     name = request.param
     if name == "local":
@@ -105,7 +107,9 @@ def test_a_second_turn_carries_the_first(target: dict[str, Any]) -> None:
     assert not any("What is my name" in str(m.get("content")) for m in first["messages"])
     sent = second["messages"]
     prompts = [m for m in sent if m.get("role") == "user"]
-    assert "Ada Lovelace" in str(prompts[0]["content"]) and "What is my name" in str(prompts[-1]["content"])
+    assert "Ada Lovelace" in str(prompts[0]["content"]) and "What is my name" in str(
+        prompts[-1]["content"]
+    )
     # The first turn's reply sits between the two prompts.
     assert any(m.get("role") == "assistant" for m in sent[sent.index(prompts[0]) :])
 
@@ -133,7 +137,9 @@ def test_a_tool_named_by_use_is_called_and_its_result_sent_back(target: dict[str
     assert "population" in answered[0]["tools"]
     # A call with invalid arguments (a small model's string may run on to
     # max_tokens) is answered with a failed tool message and retried, still forced.
-    results = [m for m in answered[-1]["messages"] if m.get("role") == "tool" and not m.get("failed")]
+    results = [
+        m for m in answered[-1]["messages"] if m.get("role") == "tool" and not m.get("failed")
+    ]
     assert results and "2100000" in str(results[0]["content"])
 
 
@@ -171,7 +177,9 @@ def test_the_openai_adapter_remembers_the_mode_the_server_took(llama_url: str) -
     kedi.compile(source).run_sync(adapter=adapter, transcript=records.append, settings=SMALL)
     capability_cache.forget_all()  # as a new process would
     kedi.compile(source).run_sync(
-        adapter=OpenAIAdapter("local", base_url=llama_url), transcript=records.append, settings=SMALL
+        adapter=OpenAIAdapter("local", base_url=llama_url),
+        transcript=records.append,
+        settings=SMALL,
     )
 
     modes = [(r["structured_mode"], r["attempt"], r["failed"]) for r in records]

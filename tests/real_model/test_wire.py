@@ -26,10 +26,18 @@ def test_the_server_accepts_every_message_shape_kedi_sends(llama_url: str) -> No
         ),
         Message(role="tool", content='{"temp": 21}', tool_call_id="call_1", tool_name="weather"),
         Message(
-            role="tool", content="unknown city", tool_call_id="call_2", tool_name="weather", failed=True
+            role="tool",
+            content="unknown city",
+            tool_call_id="call_2",
+            tool_name="weather",
+            failed=True,
         ),
         Message(role="assistant", content="Paris is 21 degrees; Atlantis is unknown."),
-        Message(role="assistant", content="Thinking aloud.", tool_calls=[ToolCall(id="call_3", name="weather", args="")]),
+        Message(
+            role="assistant",
+            content="Thinking aloud.",
+            tool_calls=[ToolCall(id="call_3", name="weather", args="")],
+        ),
         Message(role="tool", content="{}", tool_call_id="call_3", tool_name="weather"),
     )
     request = CallRequest(

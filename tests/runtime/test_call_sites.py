@@ -17,7 +17,10 @@ TYPED_CALL = "@ask() -> str:\n  >> Pick one [n: Num].\n  = `type(n).__name__`\n\
 
 
 def test_a_capture_type_follows_its_name_between_calls_of_one_site() -> None:
-    source = TYPED_CALL + "[Num: type] = `int`\n[first] = <ask()>\n[Num: type] = `str`\n[second] = <ask()>\n= `(first, second)`"
+    source = (
+        TYPED_CALL
+        + "[Num: type] = `int`\n[first] = <ask()>\n[Num: type] = `str`\n[second] = <ask()>\n= `(first, second)`"
+    )
     assert run(source) == ("int", "str")
 
 
@@ -45,7 +48,13 @@ def test_the_prompt_is_rendered_per_call_when_it_substitutes() -> None:
 def test_constant_text_is_only_for_rows_without_substitutions() -> None:
     fixed = (
         ast.Row(segments=(ast.Text(value="Summarise it briefly:"),)),
-        ast.Row(segments=(ast.Text(value="in one line "), ast.Capture(name="summary", type=None), ast.Text(value="."))),
+        ast.Row(
+            segments=(
+                ast.Text(value="in one line "),
+                ast.Capture(name="summary", type=None),
+                ast.Text(value="."),
+            )
+        ),
     )
     substituting = (ast.Row(segments=(ast.Text(value="Explain "), ast.Subst(name="topic"))),)
     assert constant_text(fixed) == "Summarise it briefly:\nin one line [summary]."

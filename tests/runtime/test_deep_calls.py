@@ -56,14 +56,21 @@ def test_unbounded_recursion_fails_cleanly_and_fast(parallel: int | None) -> Non
     elapsed = time.process_time() - started
     error = caught.value
     assert error.message == f"maximum call depth {MAX_CALL_DEPTH} exceeded at test.kedi:2"
-    assert [frame.kind for frame in error.frames[:4]] == ["top-level program", "return", "inline python", "procedure"]
+    assert [frame.kind for frame in error.frames[:4]] == [
+        "top-level program",
+        "return",
+        "inline python",
+        "procedure",
+    ]
     assert error.frames[-1].span is not None and error.frames[-1].span.line == 2
     rendered = error.render()
     assert "more frames" in rendered and rendered.count("in procedure f") < 20
     assert elapsed < 1.0
 
 
-def test_calls_inside_lambdas_still_work_and_hit_the_same_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_calls_inside_lambdas_still_work_and_hit_the_same_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A call Python makes synchronously (inside a lambda) takes the thread hop, bounded by the depth limit.
 
     Past anyio's 40 default worker threads, which deadlocked at depth 39; the

@@ -47,8 +47,8 @@ def test_query_tolerates_column_zero_template_rows() -> None:
     @kedi.query(model="offline")
     def title_for(topic: str) -> str:
         """kedi
->> Short documentation title for <topic>: [title: str].
-        = `title`
+        >> Short documentation title for <topic>: [title: str].
+                = `title`
         """
 
     assert title_for("parsers") == "title"
@@ -121,7 +121,12 @@ def test_a_conversation_object_carries_history_across_runs() -> None:
     program = kedi.compile("> history: enabled\n[reply] << <`args.message`>\n= <reply>")
     records: list[dict] = []
     program.run_sync(args={"message": "first"}, conversation=conversation, model="offline")
-    program.run_sync(args={"message": "second"}, conversation=conversation, model="offline", transcript=records.append)
+    program.run_sync(
+        args={"message": "second"},
+        conversation=conversation,
+        model="offline",
+        transcript=records.append,
+    )
     assert [m["content"] for m in records[0]["messages"]][0] == "first"
     assert records[0]["conversation_id"] == conversation.conversation_id
 
@@ -134,7 +139,9 @@ def test_prompt_hook_edits_what_is_sent_stored_and_transcribed() -> None:
 
     records: list[dict] = []
     program = kedi.compile("> history: enabled\n[a] << My code is secret-42.\n[b] << Again.\n= <b>")
-    program.run_sync(hooks=[redact], conversation=conversation, model="offline", transcript=records.append)
+    program.run_sync(
+        hooks=[redact], conversation=conversation, model="offline", transcript=records.append
+    )
     assert records[0]["messages"][0]["content"] == "My code is [redacted]."
     stored = [m.content for lane in conversation.lanes.values() for m in lane.messages]
     assert "My code is [redacted]." in stored and not any("secret-42" in m for m in stored)

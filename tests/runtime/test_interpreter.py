@@ -19,7 +19,10 @@ from tests.runtime.conftest import run
 
 
 def test_rendered_return_joins_text_and_substitutions() -> None:
-    assert run("[project] = Atlas\n[status] = ready\n= Project <project> is <status>.") == "Project Atlas is ready."
+    assert (
+        run("[project] = Atlas\n[status] = ready\n= Project <project> is <status>.")
+        == "Project Atlas is ready."
+    )
 
 
 def test_sole_backtick_keeps_native_value() -> None:
@@ -31,7 +34,9 @@ def test_substitution_always_renders() -> None:
 
 
 def test_mixed_text_renders_to_str() -> None:
-    assert run("[native: int] = `40 + 2`\n[rendered] = Answer: <`40 + 2`>\n= `(native, rendered)`") == (42, "Answer: 42")
+    assert run(
+        "[native: int] = `40 + 2`\n[rendered] = Answer: <`40 + 2`>\n= `(native, rendered)`"
+    ) == (42, "Answer: 42")
 
 
 def test_sole_procedure_call_on_assignment_is_native() -> None:
@@ -91,14 +96,17 @@ def test_positional_and_keyword_calls() -> None:
 def test_nested_calls_inner_first_and_native_arguments() -> None:
     source = (
         "@trim(value: str) -> str:\n  = `value.strip()`\n\n"
-        "@slug(value: str) -> str:\n  = `value.lower().replace(\" \", \"-\")`\n\n"
+        '@slug(value: str) -> str:\n  = `value.lower().replace(" ", "-")`\n\n'
         "= <slug(<trim(  Release Notes  )>)>"
     )
     assert run(source) == "release-notes"
 
 
 def test_escaped_comma_in_argument() -> None:
-    assert run("@echo(value: str) -> str:\n  = <value>\n\n= <echo(alpha\\, beta\\, gamma)>") == "alpha, beta, gamma"
+    assert (
+        run("@echo(value: str) -> str:\n  = <value>\n\n= <echo(alpha\\, beta\\, gamma)>")
+        == "alpha, beta, gamma"
+    )
 
 
 def test_defaults_are_evaluated_once_at_definition() -> None:
@@ -156,7 +164,12 @@ def test_procedure_locals_do_not_leak_to_top_level() -> None:
 
 
 def test_recursion_through_python() -> None:
-    assert run("@factorial(n: int) -> int:\n  = `1 if n <= 1 else n * factorial(n - 1)`\n\n= `factorial(5)`") == 120
+    assert (
+        run(
+            "@factorial(n: int) -> int:\n  = `1 if n <= 1 else n * factorial(n - 1)`\n\n= `factorial(5)`"
+        )
+        == 120
+    )
 
 
 def test_procedure_sees_top_level_value_assigned_after_definition() -> None:
@@ -191,7 +204,12 @@ async def test_compiled_procedures_are_awaitable_from_async_code() -> None:
 
 
 def test_python_statement_rebinds_kedi_name() -> None:
-    assert run("@increment() -> int:\n  [count: int] = `0`\n  `count += 1`\n  = `count`\n\n= `increment()`") == 1
+    assert (
+        run(
+            "@increment() -> int:\n  [count: int] = `0`\n  `count += 1`\n  = `count`\n\n= `increment()`"
+        )
+        == 1
+    )
 
 
 def test_fence_rebinds_and_new_names_stay_local() -> None:

@@ -34,7 +34,10 @@ def test_case_13_history_policy_checked_at_run_time_too() -> None:
 def test_case_13_native_compaction_fails_before_any_model_io() -> None:
     records: list[dict] = []
     with pytest.raises(KediExecutionError, match="compaction_mode: native") as info:
-        run("> history:\n    enabled: true\n    compaction_mode: native\n>> Hi [x].", transcript=records.append)
+        run(
+            "> history:\n    enabled: true\n    compaction_mode: native\n>> Hi [x].",
+            transcript=records.append,
+        )
     assert isinstance(info.value.original, CapabilityError)
     assert records == []
 

@@ -24,7 +24,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # scripted replies can match calls whatever their order.
 PROGRAMS: dict[str, tuple[str, dict[str, Any]]] = {
     "independent": (">> A [a].\n>> B [b].\n>> C [c].\n= <a><b><c>", {"a": "1", "b": "2", "c": "3"}),
-    "chain": (">> A [a].\n>> B after <a> [b].\n>> C after <b> [c].\n= <c>", {"a": "1", "b": "2", "c": "3"}),
+    "chain": (
+        ">> A [a].\n>> B after <a> [b].\n>> C after <b> [c].\n= <c>",
+        {"a": "1", "b": "2", "c": "3"},
+    ),
     "fan_out_in": (
         ">> Root [root].\n>> L <root> [left].\n>> R <root> [right].\n>> Join <left> <right> [joined].\n= <joined>",
         {"root": "r", "left": "l", "right": "x", "joined": "j"},
@@ -68,7 +71,10 @@ PROGRAMS: dict[str, tuple[str, dict[str, Any]]] = {
         "  >> B [b].\n  >> C [c].\n  = <c>\n[x] = <hot()>\n>> D [d].\n= <d><x>",
         {"a": "1", "b": "2", "c": "3", "d": "4"},
     ),
-    "failure_first": (">> A [a].\n>> B [b].\n= <a><b>", {"a": Exception("first failed"), "b": Exception("second failed")}),
+    "failure_first": (
+        ">> A [a].\n>> B [b].\n= <a><b>",
+        {"a": Exception("first failed"), "b": Exception("second failed")},
+    ),
     "failure_unconsumed": (">> A [a].\n>> B [b].\n= <a>", {"a": "1", "b": Exception("b failed")}),
     "failure_in_procedure": (
         "@f() -> str:\n  >> F [f1].\n  = <f1>\n\n>> A [a].\n[x] = <f()>\n= <a><x>",
@@ -112,14 +118,19 @@ def script_for(replies: dict[Any, Any], rng: random.Random, path: Path) -> str:
 def outcome(source: str, model: str, parallel: int, path: Path) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     try:
-        result: Any = kedi.compile(source, path="p.kedi").run_sync(model=model, parallel=parallel, transcript=records.append)
+        result: Any = kedi.compile(source, path="p.kedi").run_sync(
+            model=model, parallel=parallel, transcript=records.append
+        )
         error = None
     except KediError as exc:
         result, error = None, (type(exc).__name__, getattr(exc, "message", str(exc)))
     lanes: dict[str, list[Any]] = {}
     for record in records:
         if record["history"]:
-            messages = [{k: v for k, v in m.items() if k not in ("runId", "conversationId")} for m in record["messages"]]
+            messages = [
+                {k: v for k, v in m.items() if k not in ("runId", "conversationId")}
+                for m in record["messages"]
+            ]
             lanes.setdefault(record["lane"], []).append(messages)
     return {"result": result, "error": error, "lanes": lanes}
 
@@ -182,7 +193,10 @@ class CountingModel(Adapter):
         finally:
             self.active -= 1
         value = {name: name for name in request.output.fields} if request.output else "text"
-        turn = (Message(role="user", content=request.prompt), Message(role="assistant", content=json.dumps(value)))
+        turn = (
+            Message(role="user", content=request.prompt),
+            Message(role="assistant", content=json.dumps(value)),
+        )
         return CallResult(value=value, new_messages=turn)
 
 
@@ -243,7 +257,18 @@ def test_kedi_parallel_context_manager_switches_parallel_on() -> None:
 
 @pytest.mark.parametrize(
     ("value", "workers"),
-    [("1", 8), ("true", 8), ("on", 8), ("yes", 8), ("0", 0), ("off", 0), ("", 0), ("4", 4), ("-3", 0), (None, 0)],
+    [
+        ("1", 8),
+        ("true", 8),
+        ("on", 8),
+        ("yes", 8),
+        ("0", 0),
+        ("off", 0),
+        ("", 0),
+        ("4", 4),
+        ("-3", 0),
+        (None, 0),
+    ],
 )
 def test_parallel_switch_values(value: str | None, workers: int) -> None:
     assert parse_parallel(value) == workers

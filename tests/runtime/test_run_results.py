@@ -22,10 +22,19 @@ def test_a_run_result_holds_the_value_a_fresh_run_id_the_new_messages_and_usage(
     first = TWO_CALLS.run_sync(args={"x": 1}, conversation=conversation, result=True)
     second = TWO_CALLS.run_sync(args={"x": 2}, conversation=conversation, result=True)
     assert isinstance(first, kedi.RunResult) and first.value == "[offline] two"
-    assert UUID7.match(first.run_id) and UUID7.match(second.run_id) and first.run_id != second.run_id
+    assert (
+        UUID7.match(first.run_id) and UUID7.match(second.run_id) and first.run_id != second.run_id
+    )
     assert first.conversation_id == second.conversation_id == conversation.conversation_id
-    assert [m.content for m in second.messages] == ["one 2", "[offline] one 2", "two", "[offline] two"]
-    assert {(m.run_id, m.conversation_id) for m in second.messages} == {(second.run_id, conversation.conversation_id)}
+    assert [m.content for m in second.messages] == [
+        "one 2",
+        "[offline] one 2",
+        "two",
+        "[offline] two",
+    ]
+    assert {(m.run_id, m.conversation_id) for m in second.messages} == {
+        (second.run_id, conversation.conversation_id)
+    }
     assert second.usage.requests == 2 and second.usage.output_tokens > 0
     assert second.conversation is conversation and len(conversation.messages()) == 8
     # Without result=True a run still returns just its value.
@@ -44,9 +53,13 @@ def test_a_supplied_conversation_id_starts_or_forks_a_conversation() -> None:
     assert fresh.conversation_id == "conv-a" == fresh.conversation.conversation_id
     assert {m.conversation_id for m in fresh.messages} == {"conv-a"}
     # The same id as the conversation passed: that conversation, not a fork.
-    same = TWO_CALLS.run_sync(args={"x": 2}, conversation=fresh.conversation, conversation_id="conv-a", result=True)
+    same = TWO_CALLS.run_sync(
+        args={"x": 2}, conversation=fresh.conversation, conversation_id="conv-a", result=True
+    )
     assert same.conversation is fresh.conversation and len(fresh.conversation.messages()) == 8
-    fork = TWO_CALLS.run_sync(args={"x": 3}, conversation=fresh.conversation, conversation_id="conv-b", result=True)
+    fork = TWO_CALLS.run_sync(
+        args={"x": 3}, conversation=fresh.conversation, conversation_id="conv-b", result=True
+    )
     assert fork.conversation is not fresh.conversation and fork.conversation_id == "conv-b"
     assert len(fork.conversation.messages()) == 12 and len(fresh.conversation.messages()) == 8
     assert {m.conversation_id for m in fork.messages} == {"conv-b"}
@@ -56,14 +69,18 @@ def test_pydantic_ai_messages_carry_the_run_id_of_the_run() -> None:
     def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[TextPart(f"{len(messages)} messages")])
 
-    result = TWO_CALLS.run_sync(args={"x": 1}, model=FunctionModel(reply), result=True, run_id="run-p")
+    result = TWO_CALLS.run_sync(
+        args={"x": 1}, model=FunctionModel(reply), result=True, run_id="run-p"
+    )
     assert result.value == "3 messages" and len(result.messages) == 4
     assert {m.run_id for m in result.messages} == {"run-p"}
 
 
 def test_the_run_ids_example_shows_chained_and_forked_runs() -> None:
     script = Path(__file__).resolve().parents[2] / "examples" / "run_ids.py"
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert out.count("all stamped with both ids: True") == 3
     assert "run request-42" in out and "same conversation: True" in out
     assert "forked from the first two: True" in out and "the original still has 4 messages" in out
@@ -92,5 +109,8 @@ def test_an_adapter_factory_builds_the_runs_adapters_and_may_share_them_across_r
 def test_a_programs_runs_share_its_compiled_python_and_still_trace_it() -> None:
     program = kedi.compile("= `1 // args.d`", path="div.kedi")
     assert program.run_sync(args={"d": 1}) == 1
-    with pytest.raises(kedi.KediError, match=r"(?s)File \"div\.kedi\", line 1.*embedded Python line 1.*1 // args\.d"):
+    with pytest.raises(
+        kedi.KediError,
+        match=r"(?s)File \"div\.kedi\", line 1.*embedded Python line 1.*1 // args\.d",
+    ):
         program.run_sync(args={"d": 0})

@@ -29,7 +29,11 @@ PROGRAM = kedi.compile(
     "> history: enabled\n> use:\n    note\n    halt\n[answer] << Do the three things.\n= <answer>",
     known_globals=["note", "halt"],
 )
-CALLS = [("c1", "note", {"text": "first"}), ("c2", "halt", {"why": "budget spent"}), ("c3", "note", {"text": "third"})]
+CALLS = [
+    ("c1", "note", {"text": "first"}),
+    ("c2", "halt", {"why": "budget spent"}),
+    ("c3", "note", {"text": "third"}),
+]
 
 
 def tools(ran: list[str]) -> dict[str, Any]:
@@ -45,12 +49,16 @@ def tools(ran: list[str]) -> dict[str, Any]:
     return {"note": note, "halt": halt}
 
 
-def test_a_stop_keeps_earlier_results_closes_the_rest_and_resumes_with_no_repair(tmp_path: Path) -> None:
+def test_a_stop_keeps_earlier_results_closes_the_rest_and_resumes_with_no_repair(
+    tmp_path: Path,
+) -> None:
     script = tmp_path / "replies.json"
     calls = [{"id": i, "name": n, "args": a} for i, n, a in CALLS]
     script.write_text(json.dumps([{"tool_calls": calls}, "resumed fine"]))
     ran: list[str] = []
-    with pytest.raises(kedi.KediExecutionError, match="tool 'halt' stopped the run at .*: budget spent") as caught:
+    with pytest.raises(
+        kedi.KediExecutionError, match="tool 'halt' stopped the run at .*: budget spent"
+    ) as caught:
         PROGRAM.run_sync(model=f"script:{script}", env=tools(ran))
     stop = caught.value.original
     assert isinstance(stop, kedi.StopRun) and stop.reason == "budget spent"
@@ -62,7 +70,9 @@ def test_a_stop_keeps_earlier_results_closes_the_rest_and_resumes_with_no_repair
         ("tool", "c3", INTERRUPTED_RESULT),
     ]
     # The closings are stamped with the run's identity (unlike repair's synthesized results).
-    assert {(m.run_id, m.conversation_id) for m in partial.messages} == {(partial.run_id, partial.conversation_id)}
+    assert {(m.run_id, m.conversation_id) for m in partial.messages} == {
+        (partial.run_id, partial.conversation_id)
+    }
     _, report = normalize_history(partial.messages)
     assert report.synthesized == [] and report.dropped == [] and report.truncated == []
     assert pickle.loads(pickle.dumps(stop)).partial.stage == "canceled"
@@ -70,9 +80,14 @@ def test_a_stop_keeps_earlier_results_closes_the_rest_and_resumes_with_no_repair
     resumed = kedi.Conversation()
     resumed.seed(partial.messages)
     records: list[dict[str, Any]] = []
-    kedi.compile("> history: enabled\n[a] << Go on.\n= <a>").run_sync(conversation=resumed, transcript=records.append)
+    kedi.compile("> history: enabled\n[a] << Go on.\n= <a>").run_sync(
+        conversation=resumed, transcript=records.append
+    )
     sent = records[0]["messages"]
-    assert sent[:-1] == [m.to_json_dict() for m in partial.messages] and sent[-1]["content"] == "Go on."
+    assert (
+        sent[:-1] == [m.to_json_dict() for m in partial.messages]
+        and sent[-1]["content"] == "Go on."
+    )
 
 
 def test_a_stop_on_pydantic_ai_closes_the_batch_in_call_order() -> None:
@@ -82,7 +97,9 @@ def test_a_stop_on_pydantic_ai_closes_the_batch_in_call_order() -> None:
         return ModelResponse(parts=[TextPart("unreachable")])
 
     ran: list[str] = []
-    with pytest.raises(kedi.KediExecutionError, match="a tool stopped the run of model .*: budget spent") as caught:
+    with pytest.raises(
+        kedi.KediExecutionError, match="a tool stopped the run of model .*: budget spent"
+    ) as caught:
         PROGRAM.run_sync(model=FunctionModel(model), env=tools(ran))
     partial = caught.value.partial
     assert partial.stage == "canceled"
@@ -90,7 +107,11 @@ def test_a_stop_on_pydantic_ai_closes_the_batch_in_call_order() -> None:
     assert isinstance(response, ModelResponse) and isinstance(closing, ModelRequest)
     returns = [(p.tool_call_id, p.content) for p in closing.parts if isinstance(p, ToolReturnPart)]
     # Pydantic AI runs a batch concurrently: every result recorded before the stop stays.
-    assert returns[1] == ("c2", INTERRUPTED_RESULT) and [i for i, _ in returns] == ["c1", "c2", "c3"]
+    assert returns[1] == ("c2", INTERRUPTED_RESULT) and [i for i, _ in returns] == [
+        "c1",
+        "c2",
+        "c3",
+    ]
     assert {content for _, content in returns} <= {"noted first", "noted third", INTERRUPTED_RESULT}
     assert returns[0][1] == ("noted first" if "first" in ran else INTERRUPTED_RESULT)
     assert {m.run_id for m in partial.messages} == {partial.run_id}
@@ -103,7 +124,9 @@ class Calling(BaseChatModel):
     def _llm_type(self) -> str:
         return "calling"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         reply = AIMessage("", tool_calls=[{"id": i, "name": n, "args": a} for i, n, a in CALLS])
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
@@ -113,9 +136,15 @@ class Calling(BaseChatModel):
 
 def test_a_stop_on_langchain_keeps_earlier_results_and_closes_the_rest() -> None:
     ran: list[str] = []
-    with pytest.raises(kedi.KediExecutionError, match="tool 'halt' stopped the run in chat model .*: budget spent") as caught:
+    with pytest.raises(
+        kedi.KediExecutionError, match="tool 'halt' stopped the run in chat model .*: budget spent"
+    ) as caught:
         PROGRAM.run_sync(model=Calling(), env=tools(ran))
     partial = caught.value.partial
     assert partial.stage == "canceled" and ran == ["first"]
     closings = [(m.tool_call_id, m.content) for m in partial.messages if isinstance(m, ToolMessage)]
-    assert closings == [("c1", "noted first"), ("c2", INTERRUPTED_RESULT), ("c3", INTERRUPTED_RESULT)]
+    assert closings == [
+        ("c1", "noted first"),
+        ("c2", INTERRUPTED_RESULT),
+        ("c3", INTERRUPTED_RESULT),
+    ]

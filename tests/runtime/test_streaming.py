@@ -28,7 +28,9 @@ PIECES = ["Hel", "lo, ", "world."]
 TEXT = kedi.compile("> history: enabled\n[reply] << Say hello.\n= <reply>")
 STRUCTURED = kedi.compile(">> Count the letters [count: int].\n= <count>")
 SUMMARY = kedi.compile("> history: enabled\n>> Summarise the day: [summary: str]\n= <summary>")
-TWO = kedi.compile(">> Title and summarise the day: [title: str], [stars: int] and [summary: str]\n= <title>")
+TWO = kedi.compile(
+    ">> Title and summarise the day: [title: str], [stars: int] and [summary: str]\n= <title>"
+)
 # The reply `{"summary": "Line one\nsaid \"hi\" 😀"}`, its escapes cut across chunks.
 SUMMARY_PIECES = ['{"sum', 'mary": "Line', " one\\", 'nsaid \\"hi', '\\" \\ud83d', "\\ude00", '"}']
 SUMMARY_TEXT = 'Line one\nsaid "hi" 😀'
@@ -42,7 +44,13 @@ def server() -> Iterator[OpenAIServer]:
 
 
 def streamed(*pieces: str) -> Reply:
-    return Reply(events=sse(*[chunk({"content": piece}) for piece in pieces], chunk(finish_reason="stop"), chunk(usage=(5, 3))))
+    return Reply(
+        events=sse(
+            *[chunk({"content": piece}) for piece in pieces],
+            chunk(finish_reason="stop"),
+            chunk(usage=(5, 3)),
+        )
+    )
 
 
 def test_openai_streams_text_calls_and_commits_the_whole_reply_once(server: OpenAIServer) -> None:
@@ -50,9 +58,15 @@ def test_openai_streams_text_calls_and_commits_the_whole_reply_once(server: Open
     adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
     pieces: list[str] = []
     conversation = kedi.Conversation()
-    assert TEXT.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation) == "Hello, world."
+    assert (
+        TEXT.run_sync(adapter=adapter, on_delta=pieces.append, conversation=conversation)
+        == "Hello, world."
+    )
     assert pieces == PIECES and server.bodies[0]["stream"] is True
-    assert [m.content for m in conversation.messages(adapter=adapter)] == ["Say hello.", "Hello, world."]
+    assert [m.content for m in conversation.messages(adapter=adapter)] == [
+        "Say hello.",
+        "Hello, world.",
+    ]
     # A call without str captures is not streamed: its validated value comes at the end.
     server.add(Reply(body=completion(json.dumps({"count": 7}))))
     assert STRUCTURED.run_sync(adapter=adapter, on_delta=pieces.append) == "7"
@@ -84,10 +98,14 @@ class Streaming(BaseChatModel):
     def _llm_type(self) -> str:
         return "streaming"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=AIMessage("".join(PIECES)))])
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
         for piece in PIECES:
             yield ChatGenerationChunk(message=AIMessageChunk(piece))
 
@@ -96,7 +114,10 @@ def test_langchain_streams_through_astream() -> None:
     pieces: list[str] = []
     conversation = kedi.Conversation()
     model = Streaming()
-    assert TEXT.run_sync(model=model, on_delta=pieces.append, conversation=conversation) == "Hello, world."
+    assert (
+        TEXT.run_sync(model=model, on_delta=pieces.append, conversation=conversation)
+        == "Hello, world."
+    )
     assert pieces == PIECES
     (lane,) = conversation.lanes.values()
     assert [type(m).__name__ for m in lane.messages] == ["HumanMessage", "AIMessage"]
@@ -128,7 +149,9 @@ def test_kedi_run_stream_shows_a_str_captures_text_on_stderr(
     server.add(streamed(*SUMMARY_PIECES))
     flow = tmp_path / "flow.kedi"
     flow.write_text(">> Summarise the day: [summary: str]\n= Summary: <summary>\n")
-    result = CliRunner().invoke(main, ["run", str(flow), "--adapter", "openai", "--model", MODEL, "--stream"])
+    result = CliRunner().invoke(
+        main, ["run", str(flow), "--adapter", "openai", "--model", MODEL, "--stream"]
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == SUMMARY_TEXT + "\n"  # the capture's text, not its JSON
     assert result.stdout == f"Summary: {SUMMARY_TEXT}\n"
@@ -147,21 +170,33 @@ class Watch:
 
     def __call__(self, text: str) -> None:
         self.pieces.append(text)
-        self.stored_while_streaming.add(sum(len(lane.messages) for lane in self.conversation.lanes.values()))
+        self.stored_while_streaming.add(
+            sum(len(lane.messages) for lane in self.conversation.lanes.values())
+        )
 
 
 def tool_stream(name: str, *pieces: str) -> Reply:
-    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
+    first = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": name, "arguments": ""},
+    }
     rest = [{"index": 0, "function": {"arguments": piece}} for piece in pieces]
     chunks = [chunk({"tool_calls": [first]}), *[chunk({"tool_calls": [piece]}) for piece in rest]]
     return Reply(events=sse(*chunks, chunk(finish_reason="tool_calls"), chunk(usage=(5, 3))))
 
 
-def test_openai_streams_a_str_capture_from_the_json_content_and_commits_once(server: OpenAIServer) -> None:
+def test_openai_streams_a_str_capture_from_the_json_content_and_commits_once(
+    server: OpenAIServer,
+) -> None:
     server.add(streamed(*SUMMARY_PIECES))
     adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test")
     watch = Watch()
-    assert SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
+    assert (
+        SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation)
+        == SUMMARY_TEXT
+    )
     assert watch.pieces == SUMMARY_DELTAS  # only the capture's text, decoded, as each chunk arrives
     body = server.bodies[0]
     assert body["stream"] is True and body["response_format"]["type"] == "json_schema"
@@ -172,13 +207,17 @@ def test_openai_streams_a_str_capture_from_the_json_content_and_commits_once(ser
 
 def test_openai_streams_a_str_capture_from_the_output_tools_arguments(server: OpenAIServer) -> None:
     server.add(tool_stream("final_result", *SUMMARY_PIECES))
-    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, api_key="sk-test", structured_mode="tool")
+    adapter = OpenAIAdapter(
+        MODEL, base_url=server.base_url, api_key="sk-test", structured_mode="tool"
+    )
     pieces: list[str] = []
     assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
     assert "".join(pieces) == SUMMARY_TEXT and len(pieces) == len(SUMMARY_DELTAS)
 
 
-def test_openai_streams_several_str_captures_in_order_and_a_correction_again(server: OpenAIServer) -> None:
+def test_openai_streams_several_str_captures_in_order_and_a_correction_again(
+    server: OpenAIServer,
+) -> None:
     # The first reply misses `summary`: kedi sends a correction and the second reply streams again.
     server.add(
         streamed('{"title": "Rain', '", "stars": 2}'),
@@ -197,7 +236,9 @@ def test_pydantic_ai_streams_a_str_capture_from_the_output_tool_and_a_retry_agai
     def whole(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         raise AssertionError("streamed, never asked whole")
 
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[DeltaToolCalls]:
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[DeltaToolCalls]:
         attempts.append(len(messages))
         (tool,) = info.output_tools
         # The first answer's JSON is cut off (Pydantic AI sends a retry); the second is right.
@@ -209,14 +250,19 @@ def test_pydantic_ai_streams_a_str_capture_from_the_output_tool_and_a_retry_agai
     watch = Watch()
 
     adapter = PydanticAdapter(FunctionModel(whole, stream_function=stream), output_mode="tool")
-    assert SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
+    assert (
+        SUMMARY.run_sync(adapter=adapter, on_delta=watch, conversation=watch.conversation)
+        == SUMMARY_TEXT
+    )
     assert len(attempts) == 2 and watch.pieces == ["Dr", "aft", "\nLine", *SUMMARY_DELTAS[1:]]
     # History commits once, at the end: nothing is stored while the text streams.
     (lane,) = watch.conversation.lanes.values()
     assert watch.stored_while_streaming == {0} and len(lane.messages) == 5
 
 
-def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when_it_cannot() -> None:
+def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when_it_cannot() -> (
+    None
+):
     def whole(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[TextPart("".join(SUMMARY_PIECES))])
 
@@ -236,7 +282,6 @@ def test_pydantic_ai_streams_str_captures_from_prompted_json_text_and_whole_when
     assert pieces == [SUMMARY_TEXT]
 
 
-
 class WholeTool(BaseChatModel):
     """Answers by calling the tool it was bound to, with the JSON arguments of `answers` (whole)."""
 
@@ -246,40 +291,65 @@ class WholeTool(BaseChatModel):
     def _llm_type(self) -> str:
         return "whole-tool"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         arguments = json.loads("".join(self.answers.pop(0)))
         call = {"name": kw["tools"][-1]["function"]["name"], "args": arguments, "id": "c1"}
         return ChatResult(generations=[ChatGeneration(message=AIMessage("", tool_calls=[call]))])
 
     def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kw: Any) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], tool_choice=tool_choice, **kw)
+        return self.bind(
+            tools=[convert_to_openai_tool(tool) for tool in tools], tool_choice=tool_choice, **kw
+        )
 
 
 class StreamingTool(WholeTool):
     """`WholeTool` that streams: some chatter, then the tool call's arguments in the `answers` pieces."""
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
         name = kw["tools"][-1]["function"]["name"]
         yield ChatGenerationChunk(message=AIMessageChunk('Calling it: {"summary": "not this"} '))
-        yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[{"name": name, "args": "", "id": "c1", "index": 0}]))
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                "", tool_call_chunks=[{"name": name, "args": "", "id": "c1", "index": 0}]
+            )
+        )
         for piece in self.answers.pop(0):
-            yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[{"name": None, "args": piece, "id": None, "index": 0}]))
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    "", tool_call_chunks=[{"name": None, "args": piece, "id": None, "index": 0}]
+                )
+            )
 
 
 def test_langchain_streams_a_str_capture_from_the_output_tool_and_commits_once() -> None:
     watch = Watch()
 
     model = StreamingTool(answers=[SUMMARY_PIECES])
-    assert SUMMARY.run_sync(model=model, on_delta=watch, conversation=watch.conversation) == SUMMARY_TEXT
+    assert (
+        SUMMARY.run_sync(model=model, on_delta=watch, conversation=watch.conversation)
+        == SUMMARY_TEXT
+    )
     # The chatter before the tool call is not the capture's text; the arguments' text is, decoded.
     assert watch.pieces == SUMMARY_DELTAS and watch.stored_while_streaming == {0}
     (lane,) = watch.conversation.lanes.values()
-    assert type(lane.messages[1]).__name__ == "AIMessage" and lane.messages[1].tool_calls[0]["args"]["summary"] == SUMMARY_TEXT
+    assert (
+        type(lane.messages[1]).__name__ == "AIMessage"
+        and lane.messages[1].tool_calls[0]["args"]["summary"] == SUMMARY_TEXT
+    )
 
 
 def test_langchain_streams_several_str_captures_and_a_correction_again() -> None:
     # The first answer's `summary` is a number (kedi sends a correction); the second is right.
-    model = StreamingTool(answers=[['{"title": "Dr', 'aft", "stars": 1, "summary": 3}'], ['{"title": "Ra', 'in", "stars": 2, "summary": "Wet"}']])
+    model = StreamingTool(
+        answers=[
+            ['{"title": "Dr', 'aft", "stars": 1, "summary": 3}'],
+            ['{"title": "Ra', 'in", "stars": 2, "summary": "Wet"}'],
+        ]
+    )
     pieces: list[str] = []
     assert TWO.run_sync(model=model, on_delta=pieces.append) == "Rain"
     assert pieces == ["Dr", "aft", "\nRa", "in\nWet"]
@@ -295,14 +365,20 @@ def test_langchain_chat_model_that_cannot_stream_gives_the_text_at_the_end() -> 
 class JsonMode(Streaming):
     """Structured output as JSON text (a JSON-schema mode): streams SUMMARY_PIECES in a code fence."""
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         raise AssertionError("streamed, never asked whole")
 
-    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
         for piece in ["```json\n", *SUMMARY_PIECES, "\n```"]:
             yield ChatGenerationChunk(message=AIMessageChunk(piece))
 
-    def with_structured_output(self, schema: Any, *, include_raw: bool = False, **kw: Any) -> Runnable[Any, Any]:
+    def with_structured_output(
+        self, schema: Any, *, include_raw: bool = False, **kw: Any
+    ) -> Runnable[Any, Any]:
         return RunnableParallel(raw=self)
 
 
@@ -318,12 +394,16 @@ class FakeLlama:
     def __init__(self) -> None:
         self.streamed: list[Any] = []
 
-    def create_chat_completion(self, messages: Any, response_format: Any = None, stream: bool = False) -> Any:
+    def create_chat_completion(
+        self, messages: Any, response_format: Any = None, stream: bool = False
+    ) -> Any:
         self.streamed.append(stream)
         return completion(json.dumps({"summary": SUMMARY_TEXT}))
 
 
-def test_local_does_not_stream_and_does_not_call_the_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_does_not_stream_and_does_not_call_the_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from kedi.adapters import local
 
     llama = FakeLlama()

@@ -47,7 +47,10 @@ def test_procedure_tool_round_trip(tmp_path: Path) -> None:
     assert result == "1.4.0 has a faster parser"
     assert records[0]["tools"] == ["lookup_release"]
     tool_message = records[1]["messages"][-1]
-    assert tool_message["role"] == "tool" and tool_message["content"] == "Notes for 1.4.0: faster parser."
+    assert (
+        tool_message["role"] == "tool"
+        and tool_message["content"] == "Notes for 1.4.0: faster parser."
+    )
 
 
 def test_tool_argument_validation_failure_goes_back_to_the_model(tmp_path: Path) -> None:
@@ -62,10 +65,13 @@ def test_tool_argument_validation_failure_goes_back_to_the_model(tmp_path: Path)
 
 def test_python_tool_exception_is_a_failed_result(tmp_path: Path) -> None:
     source = (
-        "```\ndef flaky(city: str) -> str:\n    \"\"\"Weather for a city.\"\"\"\n    raise RuntimeError('service down')\n```\n"
+        '```\ndef flaky(city: str) -> str:\n    """Weather for a city."""\n    raise RuntimeError(\'service down\')\n```\n'
         "> use: flaky\n>> Weather? [w].\n= <w>"
     )
-    replies = [{"tool_calls": [{"name": "flaky", "args": {"city": "Oslo"}}]}, {"outputs": {"w": "unknown"}}]
+    replies = [
+        {"tool_calls": [{"name": "flaky", "args": {"city": "Oslo"}}]},
+        {"outputs": {"w": "unknown"}},
+    ]
     result, records = run_with(tmp_path, source, replies)
     assert result == "unknown"
     assert records[1]["messages"][-1]["content"] == "service down"
@@ -88,7 +94,10 @@ def test_tool_schema_from_signature_and_docstring() -> None:
     procedure = program.procedures["lookup_release"]
     spec, digest = ToolBuilder(lambda proc, expr: str).spec("lookup_release", procedure)
     assert spec.description == "Return release notes for one exact version."
-    assert spec.parameters["properties"]["version"]["description"] == "The exact version string, e.g. 1.4.0."
+    assert (
+        spec.parameters["properties"]["version"]["description"]
+        == "The exact version string, e.g. 1.4.0."
+    )
     assert spec.parameters["required"] == ["version"]
     assert spec.parameters["additionalProperties"] is False
     assert len(digest) == 16

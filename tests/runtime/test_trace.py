@@ -62,7 +62,12 @@ def test_an_error_in_a_procedure_a_prompt_calls_sits_under_each_template() -> No
 def test_a_failing_model_call_ends_the_trace_at_its_template() -> None:
     source = "@ask() -> str:\n  >> Pick one [n: int].\n  = `str(n)`\n\n= <ask()>\n"
     error = failure(source, adapter=FailingAdapter())
-    assert frames(error) == [("top-level program", None), ("return", 5), ("procedure", 1), ("template", 2)]
+    assert frames(error) == [
+        ("top-level program", None),
+        ("return", 5),
+        ("procedure", 1),
+        ("template", 2),
+    ]
     assert isinstance(error.original, RuntimeError)
     assert "the model went away" in error.render()
 
@@ -93,4 +98,9 @@ def test_a_frame_is_added_once_when_a_procedure_recurses_through_templates() -> 
 """
     error = failure(source)
     assert [kind for kind, _ in frames(error)].count("template") == 2
-    assert frames(error)[:4] == [("top-level program", None), ("return", 6), ("procedure", 1), ("template", 3)]
+    assert frames(error)[:4] == [
+        ("top-level program", None),
+        ("return", 6),
+        ("procedure", 1),
+        ("template", 3),
+    ]

@@ -17,11 +17,14 @@ from kedi.runtime.calls import Transcript
 from kedi.runtime.program import compile_program
 from kedi.runtime.transcripts import expand_records, read_transcript
 
-FORTY_CALLS = "> history: enabled\n" + "".join(f">> Tell me fact number {n} about cats\n" for n in range(40))
+FORTY_CALLS = "> history: enabled\n" + "".join(
+    f">> Tell me fact number {n} about cats\n" for n in range(40)
+)
 
 
 def without_ids(record: dict) -> dict:
     """A record with its run, call and conversation ids removed (they differ between two runs)."""
+
     def strip(message: dict) -> dict:
         return {k: v for k, v in message.items() if k not in ("runId", "callId", "conversationId")}
 
@@ -31,7 +34,9 @@ def without_ids(record: dict) -> dict:
     return kept
 
 
-def test_forty_calls_with_history_write_kilobytes_and_expand_to_the_full_records(tmp_path: Path) -> None:
+def test_forty_calls_with_history_write_kilobytes_and_expand_to_the_full_records(
+    tmp_path: Path,
+) -> None:
     linear, full = tmp_path / "linear.jsonl", tmp_path / "full.jsonl"
     program = compile_program(FORTY_CALLS)
     program.run_sync(transcript=str(linear), quiet=True)
@@ -55,7 +60,12 @@ def test_the_cli_writes_linear_records_unless_asked_for_full_ones(tmp_path: Path
     flow = tmp_path / "flow.kedi"
     flow.write_text("> history: enabled\n>> One\n>> Two\n")
     linear, full = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert CliRunner().invoke(main, ["run", str(flow), "--quiet", "--transcript", str(linear)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(main, ["run", str(flow), "--quiet", "--transcript", str(linear)])
+        .exit_code
+        == 0
+    )
     args = ["run", str(flow), "--quiet", "--transcript", str(full), "--transcript-full"]
     assert CliRunner().invoke(main, args).exit_code == 0
     assert "messages_from" in linear.read_text().splitlines()[1]
@@ -81,7 +91,9 @@ def test_a_torn_last_line_is_skipped_and_reported(tmp_path: Path) -> None:
 def test_a_lone_surrogate_is_written_as_its_escape_and_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     transcript = Transcript(path)
-    transcript.write({"lane": "x", "messages": [{"role": "user", "content": "a\ud800b"}], "response": None})
+    transcript.write(
+        {"lane": "x", "messages": [{"role": "user", "content": "a\ud800b"}], "response": None}
+    )
     transcript.close()
     (record,) = read_transcript(path).records
     assert record["messages"][0]["content"] == "a\ud800b"
@@ -94,7 +106,13 @@ def _write_forever(path: Path) -> None:
     number = 0
     while True:
         text = "x" * sizes[number % len(sizes)]
-        transcript.write({"lane": f"lane{number % 3}", "messages": [{"role": "user", "content": text}], "response": None})
+        transcript.write(
+            {
+                "lane": f"lane{number % 3}",
+                "messages": [{"role": "user", "content": text}],
+                "response": None,
+            }
+        )
         number += 1
 
 

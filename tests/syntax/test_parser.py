@@ -998,7 +998,13 @@ def test_take_actions_replace_every_shift_that_is_always_appended() -> None:
 def test_segments_taken_into_the_row_list_parse_and_fail_as_before() -> None:
     row = parse(">> a <b> c [d] e [f: G] g\n").body[0].rows[0]  # type: ignore[attr-defined]
     assert [type(segment).__name__ for segment in row.segments] == [
-        "Text", "Subst", "Text", "Capture", "Text", "Capture", "Text",
+        "Text",
+        "Subst",
+        "Text",
+        "Capture",
+        "Text",
+        "Capture",
+        "Text",
     ]
     assert row.span == Span("<string>", 1, 4, 1, 26)  # from its first character
     # failures right after a taken segment: the state it was taken in decides, as before

@@ -32,13 +32,22 @@ def test_nesting_up_to_the_limit_compiles_and_runs(program) -> None:
 
 @pytest.mark.parametrize(
     ("program", "depth", "line"),
-    [(nested_procedures, 500, 101), (nested_calls, 1000, 3), (nested_procedures, MAX_NESTING + 1, 101)],
+    [
+        (nested_procedures, 500, 101),
+        (nested_calls, 1000, 3),
+        (nested_procedures, MAX_NESTING + 1, 101),
+    ],
 )
-def test_deeper_nesting_is_a_located_check_error_not_a_recursion_error(program, depth: int, line: int) -> None:
+def test_deeper_nesting_is_a_located_check_error_not_a_recursion_error(
+    program, depth: int, line: int
+) -> None:
     with pytest.raises(KediCheckError) as caught:
         kedi.compile(program(depth), path="deep.kedi")
     (diagnostic,) = caught.value.diagnostics
-    assert diagnostic.message == f"nested too deeply: more than {MAX_NESTING} levels of procedures, calls and types"
+    assert (
+        diagnostic.message
+        == f"nested too deeply: more than {MAX_NESTING} levels of procedures, calls and types"
+    )
     assert diagnostic.span.line == line
 
 
@@ -57,7 +66,7 @@ def test_ten_thousand_problems_on_one_40_kb_line_render_twenty_screen_lines() ->
 
 
 def test_a_long_line_is_cut_around_the_column_with_the_caret_under_the_problem() -> None:
-    source = "[a] = `\"1\"`\n>> " + "x" * 300 + " <nope> " + "x" * 300 + "\n"
+    source = '[a] = `"1"`\n>> ' + "x" * 300 + " <nope> " + "x" * 300 + "\n"
     with pytest.raises(KediCheckError) as caught:
         kedi.compile(source, path="long.kedi")
     text = caught.value.render()

@@ -105,7 +105,9 @@ def default_location() -> Path:
     try:
         from platformdirs import user_data_dir
     except ImportError:  # pragma: no cover - platformdirs is a dependency; XDG fallback
-        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+            os.path.expanduser("~"), ".local", "share"
+        )
         return Path(base) / "kedi" / "history.db"
     return Path(user_data_dir("kedi", appauthor=False)) / "history.db"
 
@@ -137,7 +139,9 @@ def _configured(location: str | os.PathLike[str] | None) -> str | None:
     return text
 
 
-def open_store(location: str | os.PathLike[str] | None = None, *, busy_timeout: float = 10.0) -> Store | None:
+def open_store(
+    location: str | os.PathLike[str] | None = None, *, busy_timeout: float = 10.0
+) -> Store | None:
     """Open (creating and migrating as needed) the store at `location`, or from `KEDI_HISTORY`.
 
     Returns `None` when the location is `off`. Raises `StoreError` with a clear

@@ -89,9 +89,13 @@ class StoreTransaction:
         now = time.time()
         # `updated` is set when a run begins and ends, not per turn: changing it here would
         # rewrite a page of its index in every commit as well
-        rows = self.query("UPDATE sessions SET turns = turns + 1 WHERE id = ? RETURNING turns", (turn.session_id,))
+        rows = self.query(
+            "UPDATE sessions SET turns = turns + 1 WHERE id = ? RETURNING turns", (turn.session_id,)
+        )
         if not rows:
-            raise StoreError(f"no session {turn.session_id!r} in the store (removed while running?)")
+            raise StoreError(
+                f"no session {turn.session_id!r} in the store (removed while running?)"
+            )
         seq = int(rows[0][0])
         mask = redactor()  # the known secrets, found once for the turn's six columns
         self.execute(
@@ -136,7 +140,8 @@ class StoreTransaction:
         now = time.time()
         self.execute(
             "INSERT INTO sessions (id, name, program, model, parent, created, updated, turns) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 0)" + (" ON CONFLICT (id) DO NOTHING" if if_absent else ""),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 0)"
+            + (" ON CONFLICT (id) DO NOTHING" if if_absent else ""),
             (session_id, name, program, model, parent, now, now),
         )
         return now
@@ -162,7 +167,8 @@ class StoreTransaction:
         else:
             conflict = " ON CONFLICT (session_id, run_no) DO NOTHING"
         self.execute(
-            "INSERT INTO runs (session_id, run_no, program, started, status) VALUES (?, ?, ?, ?, 'running')" + conflict,
+            "INSERT INTO runs (session_id, run_no, program, started, status) VALUES (?, ?, ?, ?, 'running')"
+            + conflict,
             (session_id, run_no, program, now),
         )
         return run_no
@@ -174,7 +180,9 @@ class StoreTransaction:
             (session_id, run_no),
         )
 
-    def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
+    def finish_run(
+        self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None
+    ) -> None:
         """Record how a run ended (`ok`, `failed`, `interrupted`, with the failure evidence) in this transaction."""
         now = time.time()
         self.execute(
@@ -203,7 +211,11 @@ def _turn_select(replay_data: bool) -> str:
             parts.append("'null'")
         else:
             parts.append(f"COALESCE({name}, 'null')")
-    return "session_id, seq, run_no, lane, history, epoch, run_id, origin, created, '[' || " + " || ',' || ".join(parts) + " || ']'"
+    return (
+        "session_id, seq, run_no, lane, history, epoch, run_id, origin, created, '[' || "
+        + " || ',' || ".join(parts)
+        + " || ']'"
+    )
 
 
 def _summaries(session_id: str, rows: Sequence[Sequence[Any]]) -> list[TurnSummary]:
@@ -211,10 +223,22 @@ def _summaries(session_id: str, rows: Sequence[Sequence[Any]]) -> list[TurnSumma
     try:
         decoded = json.loads("[" + ",".join(text for row in rows for text in row[5:]) + "]")
     except ValueError as error:
-        raise StoreError(f"session {session_id}: a stored turn is not valid JSON ({error})") from None
+        raise StoreError(
+            f"session {session_id}: a stored turn is not valid JSON ({error})"
+        ) from None
     seqs, run_nos, lanes, histories, origins, *_ = zip(*rows, strict=True)
-    columns = zip(seqs, run_nos, map(decode_lane_key, lanes), map(_lane_label, lanes), map(bool, histories),
-                  origins, decoded[0::3], decoded[1::3], decoded[2::3], strict=True)
+    columns = zip(
+        seqs,
+        run_nos,
+        map(decode_lane_key, lanes),
+        map(_lane_label, lanes),
+        map(bool, histories),
+        origins,
+        decoded[0::3],
+        decoded[1::3],
+        decoded[2::3],
+        strict=True,
+    )
     # column-wise, each tuple built in C: per-row Python calls cost as much as the decoding
     return list(map(tuple.__new__, repeat(TurnSummary), columns))
 
@@ -227,17 +251,35 @@ def _lane_label(text: str) -> str:
 
 def _session(row: Sequence[Any]) -> SessionInfo:
     return SessionInfo(
-        id=row[0], name=row[1], program=row[2], model=row[3], parent=row[4],
-        created=float(row[5]), updated=float(row[6]), turns=int(row[7]), status=row[8] or "",
+        id=row[0],
+        name=row[1],
+        program=row[2],
+        model=row[3],
+        parent=row[4],
+        created=float(row[5]),
+        updated=float(row[6]),
+        turns=int(row[7]),
+        status=row[8] or "",
     )
 
 
 def _turn(row: Sequence[Any]) -> TurnRecord:
     request, messages, rewritten, value, usage, exchanges = json.loads(row[9])
     return TurnRecord(
-        session_id=row[0], seq=int(row[1]), run_no=int(row[2]), lane=decode_lane_key(row[3]),
-        history=bool(row[4]), epoch=int(row[5]), run_id=row[6], origin=row[7], created=float(row[8]),
-        request=request or {}, messages=messages, rewritten=rewritten, value=value, usage=usage,
+        session_id=row[0],
+        seq=int(row[1]),
+        run_no=int(row[2]),
+        lane=decode_lane_key(row[3]),
+        history=bool(row[4]),
+        epoch=int(row[5]),
+        run_id=row[6],
+        origin=row[7],
+        created=float(row[8]),
+        request=request or {},
+        messages=messages,
+        rewritten=rewritten,
+        value=value,
+        usage=usage,
         exchanges=exchanges or [],
     )
 
@@ -293,7 +335,9 @@ class Store:
         steps = _migrations if _migrations is not None else {version: list(statements)}
         with self.transaction() as tx:
             self._driver.lock_schema(tx._cursor)
-            tx.execute("CREATE TABLE IF NOT EXISTS kedi_schema (component TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS kedi_schema (component TEXT PRIMARY KEY, version BIGINT NOT NULL)"
+            )
             rows = tx.query("SELECT version FROM kedi_schema WHERE component = ?", (component,))
             current = int(rows[0][0]) if rows else 0
             if current > version:
@@ -334,7 +378,9 @@ class Store:
         identifier = session_id or new_id()
         try:
             with self.transaction() as tx:
-                now = tx.create_session(identifier, name=name, program=program, model=model, parent=parent)
+                now = tx.create_session(
+                    identifier, name=name, program=program, model=model, parent=parent
+                )
         except StoreError:
             if self.find_session(name or identifier) is not None:
                 raise StoreError(f"a session named {name or identifier!r} already exists") from None
@@ -356,7 +402,9 @@ class Store:
         """`find_session`, or a `StoreError` naming `ref` and how to list sessions."""
         found = self.find_session(ref)
         if found is None:
-            raise StoreError(f"no session {ref!r} in {self.location} (list them with `kedi history ls`)")
+            raise StoreError(
+                f"no session {ref!r} in {self.location} (list them with `kedi history ls`)"
+            )
         return found
 
     def sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
@@ -386,7 +434,9 @@ class Store:
     def gc(self, older_than: float) -> list[str]:
         """Remove sessions unused for `older_than` seconds; return their ids."""
         cutoff = time.time() - older_than
-        stale = [row[0] for row in self._read("SELECT id FROM sessions WHERE updated < ?", (cutoff,))]
+        stale = [
+            row[0] for row in self._read("SELECT id FROM sessions WHERE updated < ?", (cutoff,))
+        ]
         for session_id in stale:
             self.delete_session(session_id)
         return stale
@@ -394,7 +444,9 @@ class Store:
     def fork_session(self, source: str, *, name: str | None = None) -> SessionInfo:
         """A copy of session `source` (every run and turn) under a new id, the parent recorded."""
         parent = self.session(source)
-        child = self.create_session(name=name, program=parent.program, model=parent.model, parent=parent.id)
+        child = self.create_session(
+            name=name, program=parent.program, model=parent.model, parent=parent.id
+        )
         with self.transaction() as tx:
             tx.execute(
                 "INSERT INTO runs (session_id, run_no, program, started, finished, status, failure) "
@@ -419,7 +471,9 @@ class Store:
         with self.transaction() as tx:
             return tx.begin_run(session_id, program=program)
 
-    def finish_run(self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None) -> None:
+    def finish_run(
+        self, session_id: str, run_no: int, status: str, *, failure: dict[str, Any] | None = None
+    ) -> None:
         """Record how a run ended: `ok`, `failed` or `interrupted` (with the failure evidence)."""
         with self.transaction() as tx:
             tx.finish_run(session_id, run_no, status, failure=failure)
@@ -442,19 +496,30 @@ class Store:
             (session_id,),
         )
         return [
-            RunInfo(row[0], int(row[1]), row[2], float(row[3]), None if row[4] is None else float(row[4]),
-                    row[5], None if row[6] is None else json.loads(row[6]))
+            RunInfo(
+                row[0],
+                int(row[1]),
+                row[2],
+                float(row[3]),
+                None if row[4] is None else float(row[4]),
+                row[5],
+                None if row[6] is None else json.loads(row[6]),
+            )
             for row in rows
         ]
 
     def delete_run_turns(self, session_id: str, run_no: int) -> None:
         """Forget the turns of one run (re-recording it)."""
         with self.transaction() as tx:
-            tx.execute("DELETE FROM turns WHERE session_id = ? AND run_no = ?", (session_id, run_no))
+            tx.execute(
+                "DELETE FROM turns WHERE session_id = ? AND run_no = ?", (session_id, run_no)
+            )
 
     # ------------------------------------------------------------ turns
 
-    def commit_turn(self, turn: TurnRecord, *, extra: Callable[[StoreTransaction], None] | None = None) -> int:
+    def commit_turn(
+        self, turn: TurnRecord, *, extra: Callable[[StoreTransaction], None] | None = None
+    ) -> int:
         """Commit one turn (and `extra`'s statements) in one transaction; return its sequence number."""
         with self.transaction() as tx:
             seq = tx.commit_turn(turn)
@@ -463,7 +528,12 @@ class Store:
         return seq
 
     def turns(
-        self, session_id: str, *, run_no: int | None = None, before_run: int | None = None, replay_data: bool = True
+        self,
+        session_id: str,
+        *,
+        run_no: int | None = None,
+        before_run: int | None = None,
+        replay_data: bool = True,
     ) -> list[TurnRecord]:
         """The session's turns in commit order (of one run, or of the runs before one).
 
@@ -504,10 +574,14 @@ class Store:
         self, session_id: str, *, before_run: int | None = None, adapters: Iterable[Any] = ()
     ) -> Conversation:
         """The session's conversation rebuilt from its turns (every lane, native ones decoded)."""
-        return build_conversation(session_id, self.turns(session_id, before_run=before_run), adapters=adapters)
+        return build_conversation(
+            session_id, self.turns(session_id, before_run=before_run), adapters=adapters
+        )
 
 
-def build_conversation(conversation_id: str, turns: Iterable[TurnRecord], *, adapters: Iterable[Any] = ()) -> Conversation:
+def build_conversation(
+    conversation_id: str, turns: Iterable[TurnRecord], *, adapters: Iterable[Any] = ()
+) -> Conversation:
     """Replay committed turns into lanes: appends, and a rewrite replaces the lane's prior history."""
     from kedi.history.persistence import load_lane_messages
 

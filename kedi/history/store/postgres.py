@@ -45,7 +45,9 @@ class PostgresDriver:
                 options=f"-c lock_timeout={int(busy_timeout * 1000)}",
             )
         except psycopg.Error as error:
-            raise StoreError(f"cannot connect to the history store {self.location}: {_first_line(error)}") from None
+            raise StoreError(
+                f"cannot connect to the history store {self.location}: {_first_line(error)}"
+            ) from None
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Any]:

@@ -32,7 +32,9 @@ _KEY_FIELDS = ("adapter", "model", "settings", "mcp", "tools", "format")
 
 def encode_lane_key(key: LaneKey) -> str:
     """The lane key as canonical JSON text (how the store names a lane)."""
-    return json.dumps({name: getattr(key, name) for name in _KEY_FIELDS}, sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        {name: getattr(key, name) for name in _KEY_FIELDS}, sort_keys=True, separators=(",", ":")
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -147,5 +149,7 @@ def mask_dsn(dsn: str) -> str:
         return "postgresql://***"
     if parts.password is None:
         return dsn
-    netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}" + (
+        f":{parts.port}" if parts.port else ""
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -45,7 +45,9 @@ class SQLiteDriver:
         except sqlite3.Error as error:
             raise self._error(error) from None
         except OSError as error:
-            raise StoreError(f"cannot open the history store {path}: {error.strerror or error}") from None
+            raise StoreError(
+                f"cannot open the history store {path}: {error.strerror or error}"
+            ) from None
         try:
             path.chmod(0o600)  # conversations hold user data
         except OSError:
@@ -59,7 +61,9 @@ class SQLiteDriver:
                 f"{self._timeout:g}s; try again, or use PostgreSQL (KEDI_HISTORY=postgresql://...) for many writers"
             )
         if "not a database" in text or "malformed" in text:
-            return StoreError(f"{self.location} is not a kedi history store (or is damaged): {text}")
+            return StoreError(
+                f"{self.location} is not a kedi history store (or is damaged): {text}"
+            )
         return StoreError(f"history store {self.location}: {text}")
 
     @contextmanager
