@@ -37,6 +37,8 @@ from kedi.adapters.base import (
     Exchange,
     JSONDict,
     OutputSpec,
+    ToolArgumentsError,
+    ToolHandler,
     ToolSpec,
     Usage,
 )
@@ -91,6 +93,8 @@ class PortableTurn:
     """Model requests the history processor has run before (its `request_index`)."""
     prefix_tokens: tuple[list[Message], int] | None = None
     """The token estimate of `prefix` while it is that list (a lane keeps its history's)."""
+    answered: set[str] = field(default_factory=set)
+    """The tools that have returned a result in this call (see `ToolOutcome.ran`)."""
 
     @classmethod
     def start(cls, request: CallRequest) -> PortableTurn:
@@ -248,17 +252,19 @@ class PortableTurn:
         tools = {tool.name: tool for tool in self.request.tools}
         for index, call in enumerate(calls):
             try:
-                content, ok = await _run_tool(tools, call)
+                outcome = await _run_tool(tools, call)
             except StopRun as stop:
                 self.stop(stop, calls[index:])
-            self.usage += Usage(tool_calls=int(ok))
+            self.usage += Usage(tool_calls=int(outcome.ok))
+            if outcome.ran:
+                self.answered.add(call.name)
             self.add(
                 self.stamp(
                     role="tool",
-                    content=content,
+                    content=outcome.content,
                     tool_call_id=call.id,
                     tool_name=call.name,
-                    failed=not ok,
+                    failed=not outcome.ok,
                 )
             )
 
@@ -275,19 +281,47 @@ class PortableTurn:
         ) from stop
 
 
-async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> tuple[str, bool]:
-    """Run one call; return the result text and whether it succeeded."""
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What one tool call gives back to the model."""
+
+    content: str
+    """The tool result's text: the tool's return value, or what went wrong."""
+    ok: bool
+    """The tool returned (else the result is a failed one)."""
+    ran: bool
+    """The tool ran, so the call has a result of it, even a failed one.
+
+    A call whose arguments do not validate (`ToolArgumentsError`) has none: a
+    `tool_choice` that names the tool stays forced for the model's next try
+    (on llama.cpp the forced choice is what constrains the arguments to the
+    tool's schema). This is the rule of every adapter (docs/adapters.md); the
+    pydantic adapter applies it with `ForceToolFirst`.
+    """
+
+
+async def run_handler(handler: ToolHandler, arguments: Mapping[str, Any]) -> ToolOutcome:
+    """Run one tool call's handler; a failure goes back to the model, a `StopRun` is raised."""
+    try:
+        result = await handler(arguments)
+    except StopRun:
+        raise
+    except ToolArgumentsError as error:
+        return ToolOutcome(str(error), ok=False, ran=False)
+    except Exception as error:  # any tool failure is reported to the model, not raised
+        return ToolOutcome(str(error) or type(error).__name__, ok=False, ran=True)
+    return ToolOutcome(tool_result_text(result), ok=True, ran=True)
+
+
+async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> ToolOutcome:
+    """Run one call of the model's, or answer it with the tools on offer."""
     tool = tools.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(tools)) or "none"
-        return f"unknown tool {call.name!r}; available tools: {offered}", False
-    try:
-        result = await tool.handler(wire_tool_arguments(call.args))
-    except StopRun:
-        raise
-    except Exception as error:  # any tool failure is reported to the model, not raised
-        return str(error) or type(error).__name__, False
-    return tool_result_text(result), True
+        return ToolOutcome(
+            f"unknown tool {call.name!r}; available tools: {offered}", ok=False, ran=False
+        )
+    return await run_handler(tool.handler, wire_tool_arguments(call.args))
 
 
 def at_origin(request: CallRequest) -> str:
