@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import to_json
@@ -307,9 +307,10 @@ async def run_handler(handler: ToolHandler, arguments: Mapping[str, Any]) -> Too
     except StopRun:
         raise
     except ToolArgumentsError as error:
-        return ToolOutcome(str(error), ok=False, ran=False)
+        return ToolOutcome(without_lone_surrogates(str(error)), ok=False, ran=False)
     except Exception as error:  # any tool failure is reported to the model, not raised
-        return ToolOutcome(str(error) or type(error).__name__, ok=False, ran=True)
+        text = str(error) or type(error).__name__
+        return ToolOutcome(without_lone_surrogates(text), ok=False, ran=True)
     return ToolOutcome(tool_result_text(result), ok=True, ran=True)
 
 
@@ -330,10 +331,58 @@ def at_origin(request: CallRequest) -> str:
 
 
 def tool_result_text(result: Any) -> str:
-    """The content of a tool result: strings as they are, anything else as compact JSON."""
+    """The content of a tool result: strings as they are, anything else as compact JSON.
+
+    Lone surrogates become U+FFFD (`without_lone_surrogates`), so the lane can hold it.
+    """
+    result = without_lone_surrogates(result)
     if isinstance(result, str):
         return result
     return to_json(result, fallback=str).decode()
+
+
+_Value = TypeVar("_Value")
+
+
+def without_lone_surrogates(value: _Value) -> _Value:
+    """`value` with every lone surrogate in its strings replaced by U+FFFD (dicts, lists, tuples walked).
+
+    Text that enters a lane from outside kedi (a model's reply, a tool's
+    result) passes through here: a lone surrogate (`"\\ud800"` in a reply's
+    JSON) has no UTF-8 form, so a lane holding it could be neither sent nor
+    saved (docs/history.md). A high and a low half side by side (a pair a
+    stream split across two chunks) become their one character. `value`
+    itself is returned when it holds no lone surrogate.
+    """
+    cleaned = _cleaned(value)
+    return value if cleaned is None else cleaned
+
+
+def _cleaned(value: Any) -> Any:
+    """A copy of `value` without lone surrogates, or None when it holds none."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return None
+    if isinstance(value, dict):
+        pairs = [(_cleaned(key), _cleaned(item)) for key, item in value.items()]
+        if all(key is None and item is None for key, item in pairs):
+            return None
+        return {
+            old_key if key is None else key: old_item if item is None else item
+            for (old_key, old_item), (key, item) in zip(value.items(), pairs, strict=True)
+        }
+    if isinstance(value, list | tuple):
+        items = [_cleaned(item) for item in value]
+        if all(item is None for item in items):
+            return None
+        new = [old if item is None else item for old, item in zip(value, items, strict=True)]
+        return new if isinstance(value, list) else tuple(new)
+    return None
 
 
 def compact_json(data: Any) -> str:

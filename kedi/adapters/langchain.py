@@ -53,7 +53,12 @@ from pydantic import ValidationError
 
 from kedi.adapters._capture_stream import CaptureText, capture_text
 from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
-from kedi.adapters._portable import correction_text, run_handler, validation_problems
+from kedi.adapters._portable import (
+    correction_text,
+    run_handler,
+    validation_problems,
+    without_lone_surrogates,
+)
 from kedi.adapters.base import (
     Adapter,
     AdapterProfile,
@@ -610,6 +615,7 @@ class _Turn:
             raise AdapterError(
                 f"{self.where} answered with {type(reply).__name__}, not an AIMessage"
             )
+        reply = _without_lone_surrogates(reply)
         self.usage += _reply_usage(sent, reply)
         self._record(sent, reply)
         self.turn.append(reply)
@@ -789,6 +795,16 @@ class _Turn:
             run_id=self.request.run_id,
             conversation_id=self.request.conversation_id,
         )
+
+
+def _without_lone_surrogates(reply: AIMessage) -> AIMessage:
+    """`reply` with every lone surrogate (content, tool calls, metadata) replaced by U+FFFD.
+
+    The lane must be able to send and save what it holds (docs/history.md).
+    """
+    data = reply.model_dump()
+    cleaned = without_lone_surrogates(data)
+    return reply if cleaned is data else type(reply).model_validate(cleaned)
 
 
 def _reply_usage(sent: Sequence[BaseMessage], reply: AIMessage) -> Usage:

@@ -145,7 +145,12 @@ except ImportError as error:  # pragma: no cover - exercised by a test that hide
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
 
 # Imports Pydantic AI itself: only once the guard above has passed.
-from kedi.adapters._pydantic_endpoint import ForceToolFirst, RunChatModel, model_at_base_url  # noqa: E402
+from kedi.adapters._pydantic_endpoint import (  # noqa: E402
+    ForceToolFirst,
+    ReplyText,
+    RunChatModel,
+    model_at_base_url,
+)
 from kedi.adapters._pydantic_messages import CLASSIFIER, _PydanticClassifier, portable_json  # noqa: E402
 from kedi.adapters._pydantic_state import (  # noqa: E402
     CALL_ID,
@@ -765,9 +770,9 @@ class _Call:
             for message in _without_instructions(messages)
         ]
 
-    def capabilities(self) -> list[AbstractCapability[Any]] | None:
-        """The per-run capabilities: the processor hook and the transcript, when wanted."""
-        extra: list[AbstractCapability[Any]] = []
+    def capabilities(self) -> list[AbstractCapability[Any]]:
+        """The per-run capabilities: reply text that a lane can hold, the processor hook and the transcript, when wanted."""
+        extra: list[AbstractCapability[Any]] = [ReplyText()]
         if self.processor is not None or self.adapter.history_archive is not None:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
@@ -776,7 +781,7 @@ class _Call:
             extra.append(FreshAfterEdit(self))
         if self.forced is not None:
             extra.append(self.forced)
-        return extra or None
+        return extra
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
         """Report one model request to the transcript sink."""
