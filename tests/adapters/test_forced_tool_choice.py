@@ -10,7 +10,7 @@ the `openai` and `langchain` adapters against the scripted server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,15 +27,6 @@ INVALID = pytest.mark.parametrize(
     ['{"city": "Par', '{"town": "Paris"}'],
     ids=["unparsable JSON", "schema error"],
 )
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with OpenAIServer() as running:
-        monkeypatch.setenv("KEDI_BASE_URL", running.base_url)
-        yield running
 
 
 def counting(cities: list[str]) -> Callable[[str], int]:
@@ -64,17 +55,19 @@ def calls(*replies: tuple[str, str, str]) -> list[Reply]:
 @INVALID
 @pytest.mark.parametrize("adapter", ["openai", "langchain"])
 def test_a_structured_call_keeps_the_tool_forced_after_invalid_arguments(
-    server: OpenAIServer, adapter: str, arguments: str
+    endpoint_server: OpenAIServer, adapter: str, arguments: str
 ) -> None:
-    server.add(*calls(("c1", "population", arguments), ("c2", "population", '{"city": "Paris"}')))
+    endpoint_server.add(
+        *calls(("c1", "population", arguments), ("c2", "population", '{"city": "Paris"}'))
+    )
     if adapter == "langchain":  # with tools, the answer is the schema tool's call
-        server.add(*calls(("c3", "KediOutputs", '{"count": 2100000}')))
+        endpoint_server.add(*calls(("c3", "KediOutputs", '{"count": 2100000}')))
     else:
-        server.add(Reply(body=completion('{"count": 2100000}')))
+        endpoint_server.add(Reply(body=completion('{"count": 2100000}')))
     cities: list[str] = []
 
     assert run(STRUCTURED, adapter, counting(cities)) == 2100000
-    first, retry, answer = server.bodies
+    first, retry, answer = endpoint_server.bodies
     assert first["tool_choice"] == retry["tool_choice"] == FORCED
     assert cities == ["Paris"]  # the invalid call never reached the tool
     [feedback] = [m for m in retry["messages"] if m["role"] == "tool"]
@@ -88,16 +81,16 @@ def test_a_structured_call_keeps_the_tool_forced_after_invalid_arguments(
 @INVALID
 @pytest.mark.parametrize("adapter", ["openai", "langchain"])
 def test_a_text_call_keeps_the_tool_forced_after_invalid_arguments_then_frees_the_model(
-    server: OpenAIServer, adapter: str, arguments: str
+    endpoint_server: OpenAIServer, adapter: str, arguments: str
 ) -> None:
-    server.add(
+    endpoint_server.add(
         *calls(("c1", "population", arguments), ("c2", "population", '{"city": "Paris"}')),
         Reply(body=completion("About 2.1 million.")),
     )
     cities: list[str] = []
 
     assert run(TEXT, adapter, counting(cities)) == "About 2.1 million."
-    first, retry, answer = server.bodies
+    first, retry, answer = endpoint_server.bodies
     assert first["tool_choice"] == retry["tool_choice"] == FORCED
     assert "tool_choice" not in answer  # the tool has a result: the model chooses
     assert cities == ["Paris"]
@@ -105,10 +98,10 @@ def test_a_text_call_keeps_the_tool_forced_after_invalid_arguments_then_frees_th
 
 @pytest.mark.parametrize("adapter", ["openai", "langchain"])
 def test_a_tool_that_ran_and_failed_is_a_result_and_ends_the_forcing(
-    server: OpenAIServer, adapter: str
+    endpoint_server: OpenAIServer, adapter: str
 ) -> None:
     # Forcing it again would only repeat the failure up to the request limit.
-    server.add(
+    endpoint_server.add(
         *calls(("c1", "population", '{"city": "Paris"}')),
         Reply(body=completion("No census today.")),
     )
@@ -118,7 +111,7 @@ def test_a_tool_that_ran_and_failed_is_a_result_and_ends_the_forcing(
         raise LookupError(f"no census for {city}")
 
     assert run(TEXT, adapter, failing) == "No census today."
-    first, second = server.bodies
+    first, second = endpoint_server.bodies
     assert first["tool_choice"] == FORCED and "tool_choice" not in second
     [result] = [m for m in second["messages"] if m["role"] == "tool"]
     assert "no census for Paris" in result["content"]

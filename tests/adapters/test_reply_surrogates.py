@@ -10,7 +10,7 @@ the value is what the lane holds, and the conversation saves and loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,6 @@ PROGRAM = (
 )
 LONE = "\ud800"
 REPLACED = "\ufffd"
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with OpenAIServer() as running:
-        monkeypatch.setenv("KEDI_BASE_URL", running.base_url)
-        yield running
 
 
 def run(
@@ -76,9 +67,9 @@ def assert_saveable(conversation: kedi.Conversation, path: Path, text: str) -> N
 
 @ADAPTERS
 def test_a_lone_surrogate_in_content_and_arguments_becomes_u_fffd(
-    server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
 ) -> None:
-    server.add(
+    endpoint_server.add(
         Reply(
             body=completion(
                 tool_calls=[tool_call("c1", "population", '{"city": "P' + LONE + 'ris"}')]
@@ -100,16 +91,16 @@ def test_a_lone_surrogate_in_content_and_arguments_becomes_u_fffd(
     assert_saveable(conversation, tmp_path / "conversation.json", f"About 2{REPLACED} million.")
     # The lane can be sent again: the next call's request carries the replaced text.
     assert run(adapter, conversation, population) == "Still about 2 million."
-    assert f"About 2{REPLACED} million." in str(server.bodies[-1]["messages"])
+    assert f"About 2{REPLACED} million." in str(endpoint_server.bodies[-1]["messages"])
 
 
 @ADAPTERS
 def test_a_streamed_reply_joins_a_split_pair_and_replaces_a_lone_half(
-    server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
 ) -> None:
     # "\ud83d" and "\ude00" arrive in two chunks (each chunk's JSON alone holds half a pair).
     pieces = ["Paris ", "\ud83d", "\ude00", f" 2{LONE}1M"]
-    server.add(
+    endpoint_server.add(
         Reply(
             events=sse(
                 *(chunk({"role": "assistant", "content": piece}) for piece in pieces),
@@ -129,10 +120,10 @@ def test_a_streamed_reply_joins_a_split_pair_and_replaces_a_lone_half(
 
 @ADAPTERS
 def test_a_tool_result_with_a_lone_surrogate_is_kept_saveable(
-    server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
 ) -> None:
     # A file name read with errors="surrogateescape" holds lone surrogates.
-    server.add(
+    endpoint_server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion("Done.")),
     )
@@ -143,7 +134,7 @@ def test_a_tool_result_with_a_lone_surrogate_is_kept_saveable(
 
     conversation = kedi.Conversation()
     assert run(adapter, conversation, population) == "Done."
-    [result] = [m for m in server.bodies[1]["messages"] if m["role"] == "tool"]
+    [result] = [m for m in endpoint_server.bodies[1]["messages"] if m["role"] == "tool"]
     assert result["content"] == f"census-{REPLACED}.csv"
     assert_saveable(conversation, tmp_path / "conversation.json", f"census-{REPLACED}.csv")
 
