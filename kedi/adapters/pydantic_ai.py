@@ -63,7 +63,7 @@ from pydantic_core import to_json
 
 from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._openai_wire import count, provider_error
-from kedi.adapters._portable import tool_result_text
+from kedi.adapters._portable import run_handler
 from kedi.adapters.base import (
     Adapter,
     AdapterProfile,
@@ -71,7 +71,6 @@ from kedi.adapters.base import (
     CallResult,
     Exchange,
     OutputSpec,
-    ToolArgumentsError,
     ToolHandler,
     ToolSpec,
     Usage,
@@ -506,17 +505,13 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
     name = spec.name
 
     async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
-        try:
-            result = await ctx.deps[name](arguments)
-        except StopRun:
-            raise  # a deliberate stop ends the run (see `_Call.stopped`)
-        except (
-            ToolArgumentsError
-        ) as error:  # no result: a retry (Pydantic AI's outcome for bad arguments)
-            raise ModelRetry(str(error)) from error
-        except Exception as error:  # reported to the model as a failed result, as on every adapter
-            raise ToolFailed(str(error) or type(error).__name__) from error
-        return tool_result_text(result)
+        # A StopRun ends the run (see `_Call.stopped`); the outcome is every adapter's.
+        outcome = await run_handler(ctx.deps[name], arguments)
+        if not outcome.ran:  # bad arguments, no result: a retry (Pydantic AI's outcome for them)
+            raise ModelRetry(outcome.content)
+        if not outcome.ok:  # reported to the model as a failed result, as on every adapter
+            raise ToolFailed(outcome.content)
+        return outcome.content
 
     return Tool.from_schema(
         run, name=name, description=spec.description, json_schema=spec.parameters, takes_ctx=True

@@ -119,8 +119,9 @@ def test_a_streamed_reply_joins_a_split_pair_and_replaces_a_lone_half(
 
 
 @ADAPTERS
-def test_a_tool_result_with_a_lone_surrogate_is_kept_saveable(
-    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
+@pytest.mark.parametrize("fails", [False, True], ids=["result", "error"])
+def test_a_tool_result_or_error_with_a_lone_surrogate_is_kept_saveable(
+    endpoint_server: OpenAIServer, adapter: str, fails: bool, tmp_path: Path
 ) -> None:
     # A file name read with errors="surrogateescape" holds lone surrogates.
     endpoint_server.add(
@@ -130,12 +131,14 @@ def test_a_tool_result_with_a_lone_surrogate_is_kept_saveable(
 
     def population(city: str) -> str:
         """The population of a city."""
+        if fails:
+            raise OSError("cannot read census-\udcff.csv")
         return "census-\udcff.csv"
 
     conversation = kedi.Conversation()
     assert run(adapter, conversation, population) == "Done."
     [result] = [m for m in endpoint_server.bodies[1]["messages"] if m["role"] == "tool"]
-    assert result["content"] == f"census-{REPLACED}.csv"
+    assert f"census-{REPLACED}.csv" in result["content"]
     assert_saveable(conversation, tmp_path / "conversation.json", f"census-{REPLACED}.csv")
 
 
