@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from kedi.adapters._portable import PortableTurn, compact_json
+from kedi.adapters._portable import PortableTurn, compact_json, without_lone_surrogates
 from kedi.adapters.base import JSONDict, Usage
 from kedi.errors import (
     AuthenticationError,
@@ -304,10 +304,13 @@ def assistant_message(turn: PortableTurn, message: Any) -> Message:
     """The portable, stamped form of a reply's `message`; tool-call args stay raw text.
 
     A refusal becomes the content. A call without an id, which could never be
-    answered (C3), is named by its position (`call_<request>_<n>`).
+    answered (C3), is named by its position (`call_<request>_<n>`). A lone
+    surrogate (a `"\\ud800"` escape in the reply's JSON) becomes U+FFFD, so
+    the turn can be sent again and saved (docs/history.md).
     """
     if not isinstance(message, dict):
         message = {}
+    message = without_lone_surrogates(message)
     calls = []
     for number, call in enumerate(message.get("tool_calls") or (), start=1):
         if not isinstance(call, dict):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import to_json
@@ -37,6 +37,8 @@ from kedi.adapters.base import (
     Exchange,
     JSONDict,
     OutputSpec,
+    ToolArgumentsError,
+    ToolHandler,
     ToolSpec,
     Usage,
 )
@@ -91,6 +93,8 @@ class PortableTurn:
     """Model requests the history processor has run before (its `request_index`)."""
     prefix_tokens: tuple[list[Message], int] | None = None
     """The token estimate of `prefix` while it is that list (a lane keeps its history's)."""
+    answered: set[str] = field(default_factory=set)
+    """The tools that have returned a result in this call (see `ToolOutcome.ran`)."""
 
     @classmethod
     def start(cls, request: CallRequest) -> PortableTurn:
@@ -248,17 +252,19 @@ class PortableTurn:
         tools = {tool.name: tool for tool in self.request.tools}
         for index, call in enumerate(calls):
             try:
-                content, ok = await _run_tool(tools, call)
+                outcome = await _run_tool(tools, call)
             except StopRun as stop:
                 self.stop(stop, calls[index:])
-            self.usage += Usage(tool_calls=int(ok))
+            self.usage += Usage(tool_calls=int(outcome.ok))
+            if outcome.ran:
+                self.answered.add(call.name)
             self.add(
                 self.stamp(
                     role="tool",
-                    content=content,
+                    content=outcome.content,
                     tool_call_id=call.id,
                     tool_name=call.name,
-                    failed=not ok,
+                    failed=not outcome.ok,
                 )
             )
 
@@ -275,19 +281,48 @@ class PortableTurn:
         ) from stop
 
 
-async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> tuple[str, bool]:
-    """Run one call; return the result text and whether it succeeded."""
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What one tool call gives back to the model."""
+
+    content: str
+    """The tool result's text: the tool's return value, or what went wrong."""
+    ok: bool
+    """The tool returned (else the result is a failed one)."""
+    ran: bool
+    """The tool ran, so the call has a result of it, even a failed one.
+
+    A call whose arguments do not validate (`ToolArgumentsError`) has none: a
+    `tool_choice` that names the tool stays forced for the model's next try
+    (on llama.cpp the forced choice is what constrains the arguments to the
+    tool's schema). This is the rule of every adapter (docs/adapters.md); the
+    pydantic adapter applies it with `ForceToolFirst`.
+    """
+
+
+async def run_handler(handler: ToolHandler, arguments: Mapping[str, Any]) -> ToolOutcome:
+    """Run one tool call's handler; a failure goes back to the model, a `StopRun` is raised."""
+    try:
+        result = await handler(arguments)
+    except StopRun:
+        raise
+    except ToolArgumentsError as error:
+        return ToolOutcome(without_lone_surrogates(str(error)), ok=False, ran=False)
+    except Exception as error:  # any tool failure is reported to the model, not raised
+        text = str(error) or type(error).__name__
+        return ToolOutcome(without_lone_surrogates(text), ok=False, ran=True)
+    return ToolOutcome(tool_result_text(result), ok=True, ran=True)
+
+
+async def _run_tool(tools: Mapping[str, ToolSpec], call: ToolCall) -> ToolOutcome:
+    """Run one call of the model's, or answer it with the tools on offer."""
     tool = tools.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(tools)) or "none"
-        return f"unknown tool {call.name!r}; available tools: {offered}", False
-    try:
-        result = await tool.handler(wire_tool_arguments(call.args))
-    except StopRun:
-        raise
-    except Exception as error:  # any tool failure is reported to the model, not raised
-        return str(error) or type(error).__name__, False
-    return tool_result_text(result), True
+        return ToolOutcome(
+            f"unknown tool {call.name!r}; available tools: {offered}", ok=False, ran=False
+        )
+    return await run_handler(tool.handler, wire_tool_arguments(call.args))
 
 
 def at_origin(request: CallRequest) -> str:
@@ -296,10 +331,58 @@ def at_origin(request: CallRequest) -> str:
 
 
 def tool_result_text(result: Any) -> str:
-    """The content of a tool result: strings as they are, anything else as compact JSON."""
+    """The content of a tool result: strings as they are, anything else as compact JSON.
+
+    Lone surrogates become U+FFFD (`without_lone_surrogates`), so the lane can hold it.
+    """
+    result = without_lone_surrogates(result)
     if isinstance(result, str):
         return result
     return to_json(result, fallback=str).decode()
+
+
+_Value = TypeVar("_Value")
+
+
+def without_lone_surrogates(value: _Value) -> _Value:
+    """`value` with every lone surrogate in its strings replaced by U+FFFD (dicts, lists, tuples walked).
+
+    Text that enters a lane from outside kedi (a model's reply, a tool's
+    result) passes through here: a lone surrogate (`"\\ud800"` in a reply's
+    JSON) has no UTF-8 form, so a lane holding it could be neither sent nor
+    saved (docs/history.md). A high and a low half side by side (a pair a
+    stream split across two chunks) become their one character. `value`
+    itself is returned when it holds no lone surrogate.
+    """
+    cleaned = _cleaned(value)
+    return value if cleaned is None else cleaned
+
+
+def _cleaned(value: Any) -> Any:
+    """A copy of `value` without lone surrogates, or None when it holds none."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return None
+    if isinstance(value, dict):
+        pairs = [(_cleaned(key), _cleaned(item)) for key, item in value.items()]
+        if all(key is None and item is None for key, item in pairs):
+            return None
+        return {
+            old_key if key is None else key: old_item if item is None else item
+            for (old_key, old_item), (key, item) in zip(value.items(), pairs, strict=True)
+        }
+    if isinstance(value, list | tuple):
+        items = [_cleaned(item) for item in value]
+        if all(item is None for item in items):
+            return None
+        new = [old if item is None else item for old, item in zip(value, items, strict=True)]
+        return new if isinstance(value, list) else tuple(new)
+    return None
 
 
 def compact_json(data: Any) -> str:

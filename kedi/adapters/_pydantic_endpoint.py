@@ -7,6 +7,8 @@
   sends `null` assistant content as `""` (llama.cpp refuses `null`).
 - `ForceToolFirst`: a `tool_choice` setting that names a tool, forced until
   the run has a result of it.
+- `ReplyText`: every model response with its lone surrogates replaced by
+  U+FFFD before the run keeps it.
 
 Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
 """
@@ -19,11 +21,17 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
-from pydantic_ai.models import Model
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+)
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.settings import ModelSettings
 
 from kedi.adapters._openai_wire import string_content_http_client
+from kedi.adapters._portable import without_lone_surrogates
 from kedi.adapters.endpoint import api_key, configured_base_url
 
 
@@ -84,6 +92,26 @@ class ForceToolFirst(AbstractCapability[Any]):
             if isinstance(message, ModelRequest) and message.run_id == ctx.run_id
             for part in message.parts
         )
+
+
+class ReplyText(AbstractCapability[Any]):
+    """Replaces the lone surrogates of every model response with U+FFFD before the run keeps it.
+
+    A lone surrogate (a `"\\ud800"` escape in the reply's JSON) has no UTF-8
+    form: the run's next request could not send it and the lane could not be
+    saved (docs/history.md).
+    """
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        data = ModelMessagesTypeAdapter.dump_python([response])
+        cleaned = without_lone_surrogates(data)
+        if cleaned is data:
+            return response
+        [message] = ModelMessagesTypeAdapter.validate_python(cleaned)
+        assert isinstance(message, ModelResponse)
+        return message
 
 
 def model_at_base_url(name: str) -> tuple[Callable[[Any], Model], str] | None:

@@ -53,7 +53,12 @@ from pydantic import ValidationError
 
 from kedi.adapters._capture_stream import CaptureText, capture_text
 from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
-from kedi.adapters._portable import correction_text, tool_result_text, validation_problems
+from kedi.adapters._portable import (
+    correction_text,
+    run_handler,
+    validation_problems,
+    without_lone_surrogates,
+)
 from kedi.adapters.base import (
     Adapter,
     AdapterProfile,
@@ -497,6 +502,8 @@ class _Turn:
     """Streams the text of the call's `str` captures (a structured call with `on_delta`)."""
     streamed: bool = False
     """Whether the chat model streamed any reply of a structured call."""
+    answered: set[str] = field(default_factory=set)
+    """The tools that have returned a result in this call (see `ToolOutcome.ran`)."""
 
     def __post_init__(self) -> None:
         self.history = list(self.request.history)
@@ -553,6 +560,8 @@ class _Turn:
                 for name in _BIND_SETTINGS
                 if name in self.request.settings
             }
+            if self._named_tool() in self.answered:  # forced until it has a result, then free
+                del options["tool_choice"]
             return model.bind_tools(tools, **options)
         return model
 
@@ -560,14 +569,18 @@ class _Turn:
         """`tool_choice` of a structured call with tools: some tool, or a named one.
 
         A `tool_choice` setting naming one of the call's tools forces it until
-        the turn has called it, then the answer (the schema tool) is forced:
-        servers such as llama.cpp ignore `any`/`required` but honour a name.
+        the tool has returned a result, then the answer (the schema tool) is
+        forced: servers such as llama.cpp ignore `any`/`required` but honour a name.
         """
-        named = self.request.settings.get("tool_choice")
-        if named not in {tool.name for tool in self.request.tools}:
+        named = self._named_tool()
+        if named is None:
             return "any"
-        called = any(isinstance(m, ToolMessage) and m.name == named for m in self.turn)
-        return spec.name if called else str(named)
+        return spec.name if named in self.answered else named
+
+    def _named_tool(self) -> str | None:
+        """The call's tool that the `tool_choice` setting names, if it names one."""
+        named = self.request.settings.get("tool_choice")
+        return next((tool.name for tool in self.request.tools if tool.name == named), None)
 
     def _result(self, value: Any) -> CallResult:
         return CallResult(
@@ -602,6 +615,7 @@ class _Turn:
             raise AdapterError(
                 f"{self.where} answered with {type(reply).__name__}, not an AIMessage"
             )
+        reply = _without_lone_surrogates(reply)
         self.usage += _reply_usage(sent, reply)
         self._record(sent, reply)
         self.turn.append(reply)
@@ -688,15 +702,13 @@ class _Turn:
                 )
                 continue
             try:
-                result = await handler(call["args"])
+                outcome = await run_handler(handler, call["args"])
             except StopRun as stop:
                 self._stop(stop, reply, index)
-            # Any tool failure goes back to the model, as on every adapter.
-            except Exception as error:
-                self._answer(call, str(error) or type(error).__name__, failed=True)
-                continue
-            self.usage += Usage(tool_calls=1)
-            self._answer(call, tool_result_text(result), failed=False)
+            if outcome.ran:
+                self.answered.add(call["name"])
+            self.usage += Usage(tool_calls=int(outcome.ok))
+            self._answer(call, outcome.content, failed=not outcome.ok)
         for invalid in reply.invalid_tool_calls:
             if invalid.get("name") != skip:
                 self._answer(
@@ -783,6 +795,16 @@ class _Turn:
             run_id=self.request.run_id,
             conversation_id=self.request.conversation_id,
         )
+
+
+def _without_lone_surrogates(reply: AIMessage) -> AIMessage:
+    """`reply` with every lone surrogate (content, tool calls, metadata) replaced by U+FFFD.
+
+    The lane must be able to send and save what it holds (docs/history.md).
+    """
+    data = reply.model_dump()
+    cleaned = without_lone_surrogates(data)
+    return reply if cleaned is data else type(reply).model_validate(cleaned)
 
 
 def _reply_usage(sent: Sequence[BaseMessage], reply: AIMessage) -> Usage:

@@ -320,7 +320,7 @@ class OpenAIAdapter(Adapter):
         tools = [
             function_tool(tool.name, tool.description, tool.parameters) for tool in request.tools
         ]
-        choice = _pending_choice(options.tool_choice, call.turn.added)
+        choice = _pending_choice(options.tool_choice, call.turn.answered)
         if plan is not None and plan.mode == "tool":
             description = f"Give the final {plan.spec.name} answer."
             tools.append(function_tool(plan.tool_name, description, *plan.schema()))
@@ -743,17 +743,17 @@ class _ShapeRejected(Exception):
         self.error = error
 
 
-def _pending_choice(choice: Any, added: list[Message]) -> Any:
-    """The `tool_choice` to send: one that names a tool forces it until the call has called it.
+def _pending_choice(choice: Any, answered: set[str]) -> Any:
+    """The `tool_choice` to send: one that names a tool forces it until the call has a result of it.
 
     Forcing a named tool on every request (as the setting says) would loop
     until `request_limit`, since the model could never answer; once that
-    tool's result is in the turn, the model chooses freely.
+    tool has returned a result (`PortableTurn.answered`: a call with invalid
+    arguments is none), the model chooses freely.
     """
     if not isinstance(choice, dict):
         return choice
-    name = (choice.get("function") or {}).get("name")
-    if any(message.role == "tool" and message.tool_name == name for message in added):
+    if (choice.get("function") or {}).get("name") in answered:
         return None
     return choice
 

@@ -63,7 +63,7 @@ from pydantic_core import to_json
 
 from kedi.adapters._capture_stream import capture_text
 from kedi.adapters._openai_wire import count, provider_error
-from kedi.adapters._portable import tool_result_text
+from kedi.adapters._portable import run_handler
 from kedi.adapters.base import (
     Adapter,
     AdapterProfile,
@@ -71,7 +71,6 @@ from kedi.adapters.base import (
     CallResult,
     Exchange,
     OutputSpec,
-    ToolArgumentsError,
     ToolHandler,
     ToolSpec,
     Usage,
@@ -145,7 +144,12 @@ except ImportError as error:  # pragma: no cover - exercised by a test that hide
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
 
 # Imports Pydantic AI itself: only once the guard above has passed.
-from kedi.adapters._pydantic_endpoint import ForceToolFirst, RunChatModel, model_at_base_url  # noqa: E402
+from kedi.adapters._pydantic_endpoint import (  # noqa: E402
+    ForceToolFirst,
+    ReplyText,
+    RunChatModel,
+    model_at_base_url,
+)
 from kedi.adapters._pydantic_messages import CLASSIFIER, _PydanticClassifier, portable_json  # noqa: E402
 from kedi.adapters._pydantic_state import (  # noqa: E402
     CALL_ID,
@@ -501,17 +505,13 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
     name = spec.name
 
     async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
-        try:
-            result = await ctx.deps[name](arguments)
-        except StopRun:
-            raise  # a deliberate stop ends the run (see `_Call.stopped`)
-        except (
-            ToolArgumentsError
-        ) as error:  # no result: a retry (Pydantic AI's outcome for bad arguments)
-            raise ModelRetry(str(error)) from error
-        except Exception as error:  # reported to the model as a failed result, as on every adapter
-            raise ToolFailed(str(error) or type(error).__name__) from error
-        return tool_result_text(result)
+        # A StopRun ends the run (see `_Call.stopped`); the outcome is every adapter's.
+        outcome = await run_handler(ctx.deps[name], arguments)
+        if not outcome.ran:  # bad arguments, no result: a retry (Pydantic AI's outcome for them)
+            raise ModelRetry(outcome.content)
+        if not outcome.ok:  # reported to the model as a failed result, as on every adapter
+            raise ToolFailed(outcome.content)
+        return outcome.content
 
     return Tool.from_schema(
         run, name=name, description=spec.description, json_schema=spec.parameters, takes_ctx=True
@@ -765,9 +765,9 @@ class _Call:
             for message in _without_instructions(messages)
         ]
 
-    def capabilities(self) -> list[AbstractCapability[Any]] | None:
-        """The per-run capabilities: the processor hook and the transcript, when wanted."""
-        extra: list[AbstractCapability[Any]] = []
+    def capabilities(self) -> list[AbstractCapability[Any]]:
+        """The per-run capabilities: reply text that a lane can hold, the processor hook and the transcript, when wanted."""
+        extra: list[AbstractCapability[Any]] = [ReplyText()]
         if self.processor is not None or self.adapter.history_archive is not None:
             extra.append(ProcessHistory(self.follow_up))
         if self.request.on_exchange is not None:
@@ -776,7 +776,7 @@ class _Call:
             extra.append(FreshAfterEdit(self))
         if self.forced is not None:
             extra.append(self.forced)
-        return extra or None
+        return extra
 
     def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
         """Report one model request to the transcript sink."""
