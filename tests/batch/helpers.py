@@ -84,8 +84,11 @@ def private_ray(folder: Path) -> dict[str, str]:
     }
 
 
-def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
-    """`kedi batch PROGRAM INPUTS --out RESULTS --model script:...` as a subprocess argv."""
+def batch_command(paths: dict[str, Path], *options: str, model: str | None = None) -> list[str]:
+    """`kedi batch PROGRAM INPUTS --out RESULTS --model MODEL` as a subprocess argv.
+
+    The model is the job's script (`script:...`) unless `model` names another.
+    """
     return [
         sys.executable,
         "-m",
@@ -96,7 +99,7 @@ def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
         "--out",
         str(paths["out"]),
         "--model",
-        f"script:{paths['script']}",
+        model or f"script:{paths['script']}",
         "--quiet",
         *options,
     ]

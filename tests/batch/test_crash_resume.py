@@ -44,9 +44,15 @@ def job(folder: Path, server: CountingServer) -> tuple[dict[str, Path], list[str
     folder.mkdir()
     paths = write_job(folder, ROWS)
     command = batch_command(
-        paths, "--adapter", "openai", "--base-url", server.base_url, "--parallel", "4"
+        paths,
+        "--adapter",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--parallel",
+        "4",
+        model="test-model",
     )
-    command[command.index("--model") + 1] = "test-model"
     return paths, command, {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"}
 
 

@@ -90,8 +90,9 @@ def run_batch_openai(
 
     from tests.batch.helpers import batch_command, environment
 
-    command = batch_command(paths, "--adapter", "openai", "--base-url", server.base_url, *options)
-    command[command.index("--model") + 1] = "test-model"
+    command = batch_command(
+        paths, "--adapter", "openai", "--base-url", server.base_url, *options, model="test-model"
+    )
     if not quiet:
         command.remove("--quiet")
     env = {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test-secret"}
