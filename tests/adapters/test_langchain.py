@@ -411,15 +411,8 @@ async def test_models_without_tools_are_refused_before_any_request() -> None:
 
 
 def test_capability_rows_describe_the_adapter() -> None:
+    """The row names every adapter shares are checked in test_architecture; these are the values."""
     rows = LangChainAdapter.capability_rows()
-    assert list(rows) == [
-        "structured output",
-        "tools",
-        "streaming",
-        "history",
-        "message format",
-        "settings",
-    ]
     assert rows["message format"] == "langchain" and rows["streaming"].startswith(
         "yes: text calls and str captures stream"
     )

@@ -421,15 +421,8 @@ async def test_usage_limit_is_a_clear_adapter_error_with_partial_evidence() -> N
 
 
 def test_capability_rows_describe_the_adapter() -> None:
+    """The row names every adapter shares are checked in test_architecture; these are the values."""
     rows = PydanticAdapter.capability_rows()
-    assert list(rows) == [
-        "structured output",
-        "tools",
-        "streaming",
-        "history",
-        "message format",
-        "settings",
-    ]
     assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith(
         "yes: text calls and str captures stream"
     )

@@ -105,6 +105,16 @@ def batch_command(paths: dict[str, Path], *options: str, model: str | None = Non
     ]
 
 
+def openai_batch(
+    paths: dict[str, Path], base_url: str, *options: str, api_key: str = "sk-test"
+) -> tuple[list[str], dict[str, str]]:
+    """`kedi batch` on the openai adapter at `base_url` (model `test-model`): argv and environment."""
+    command = batch_command(
+        paths, "--adapter", "openai", "--base-url", base_url, *options, model="test-model"
+    )
+    return command, {**environment(paths["store"]), "OPENAI_API_KEY": api_key}
+
+
 def run_batch(
     paths: dict[str, Path], *options: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:

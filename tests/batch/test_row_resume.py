@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.batch.helpers import CountingServer, batch_command, environment, results, write_job
+from tests.batch.helpers import (
+    CountingServer,
+    batch_command,
+    environment,
+    openai_batch,
+    results,
+    write_job,
+)
 
 # Three calls per row, each depending on the last (history on): a row is "half finished" after one or two.
 THREE_CALLS = """[text] = `args.text`
@@ -27,17 +34,8 @@ def row_job(
     folder.mkdir()
     paths = write_job(folder, rows)
     paths["program"].write_text(THREE_CALLS, encoding="utf-8")
-    command = batch_command(
-        paths,
-        "--adapter",
-        "openai",
-        "--base-url",
-        server.base_url,
-        "--parallel",
-        "1",
-        model="test-model",
-    )
-    return paths, command, {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"}
+    command, env = openai_batch(paths, server.base_url, "--parallel", "1")
+    return paths, command, env
 
 
 def committed_turns(store: Path) -> int:
