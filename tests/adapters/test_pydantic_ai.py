@@ -420,6 +420,17 @@ async def test_usage_limit_is_a_clear_adapter_error_with_partial_evidence() -> N
     assert kinds(partial.messages) == [["UserPromptPart"], ["ToolCallPart"], ["ToolReturnPart"]]
 
 
+def test_with_model_keeps_one_copy_per_model_with_the_options() -> None:
+    """Every run of a program on one model shares one adapter (and its cached agents)."""
+    adapter = PydanticAdapter(output_mode="tool")
+    model, other = FunctionModel(text("a")), FunctionModel(text("b"))
+    copy = adapter.with_model(model)
+    assert copy is not adapter and copy.output_mode == "tool"
+    assert adapter.with_model(model) is copy
+    assert adapter.with_model(other) not in (copy, adapter)
+    assert copy.with_model(other) is copy  # a model chosen at construction stays
+
+
 def test_capability_rows_describe_the_adapter() -> None:
     """The row names every adapter shares are checked in test_architecture; these are the values."""
     rows = PydanticAdapter.capability_rows()
