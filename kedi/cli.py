@@ -392,6 +392,11 @@ def parse(file: str | None, command: str | None, as_json: bool) -> None:
     source, path = _read_source(file, command)
     try:
         module = parse_source(source, path)
+        if as_json:  # as deep as `kedi check` allows (docs/ast-json.md)
+            from kedi.source import SourceFile
+            from kedi.syntax.checks import check_nesting
+
+            check_nesting(module, SourceFile(source, path))
     except KediError as error:
         _fail(error)
     if as_json:

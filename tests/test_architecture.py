@@ -115,14 +115,16 @@ class Layer:
 
 
 _ANYTHING = ("kedi",)
-_BOTTOM = ("kedi.redaction", "kedi.settings")
+_BOTTOM = ("kedi.redaction", "kedi.settings", "kedi._lazy")
 LAYERS = (
     # The lowest layer: each of these two may import only the other; `kedi._frozen`
     # (a constructor helper) imports no kedi module and anything may use it.
     Layer("kedi._frozen", ()),
-    # Redaction and the setting names import no kedi module; every layer may use them.
+    # Redaction, the setting names and the lazy-export helper import no kedi
+    # module; every layer may use them.
     Layer("kedi.redaction", ()),
     Layer("kedi.settings", ()),
+    Layer("kedi._lazy", ()),
     Layer("kedi.source", ("kedi.source", "kedi.errors")),
     Layer("kedi.errors", ("kedi.errors", "kedi.source", "kedi.redaction")),
     Layer("kedi.syntax", ("kedi._frozen", "kedi.source", "kedi.errors", "kedi.syntax", *_BOTTOM)),

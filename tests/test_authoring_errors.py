@@ -15,6 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from kedi.cli import main
+from tests.kedi_pytest import run_pytest_with_the_kedi_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,27 +84,7 @@ def test_pytest_plugin_reports_a_failing_top_level_statement(tmp_path: Path) -> 
         PROCEDURE
         + "[ratio: float] = `1 / 0`\n@test: inc:\n  > case: ok:\n    `assert inc(1) == 2`\n"
     )
-    # Autoload off, the plugin named: the same one plugin whether or not kedi is pip-installed
-    # (an installed kedi registers it through its pytest11 entry point too).
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "kedi.pytest_plugin",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    ran = run_pytest_with_the_kedi_plugin(tmp_path)
     assert ran.returncode == 1, ran.stdout  # `kedi test` fails this file too
     assert "setup error at line 3" in ran.stdout and "ZeroDivisionError" in ran.stdout
 

@@ -272,5 +272,5 @@ def test_import_kedi_loads_only_the_errors_until_a_name_is_used() -> None:
         [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, cwd=ROOT, check=True
     )
     at_import, after_use = proc.stdout.splitlines()
-    assert at_import.split(",") == ["kedi", "kedi.errors", "kedi.source"]
+    assert at_import.split(",") == ["kedi", "kedi._lazy", "kedi.errors", "kedi.source"]
     assert after_use == "kedi.runtime.program"

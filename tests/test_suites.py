@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -17,6 +14,7 @@ import kedi
 from kedi.cli import main
 from kedi.runtime.evals import evals_of, run_eval
 from kedi.runtime.suites import SuiteRuntime
+from tests.kedi_pytest import run_pytest_with_the_kedi_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,27 +85,7 @@ def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) 
     assert entry_points == {"kedi": "kedi.pytest_plugin"}
     (tmp_path / "calc.kedi").write_text(SUITE)
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
-    # Autoload off, the plugin named: the same one plugin whether or not kedi is pip-installed
-    # (an installed kedi registers it through its pytest11 entry point too).
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "kedi.pytest_plugin",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    ran = run_pytest_with_the_kedi_plugin(tmp_path)
     assert ran.returncode == 1, ran.stdout
     assert "2 failed, 3 passed" in ran.stdout
     assert "calc.kedi:15: assert total == 5" in ran.stdout and "left  (total): 4" in ran.stdout

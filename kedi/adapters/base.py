@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
@@ -274,3 +274,22 @@ class Adapter(ABC):
         from kedi.history.messages import Message
 
         return [Message.model_validate(item) for item in data]
+
+
+AdapterT = TypeVar("AdapterT", bound=Adapter)
+
+
+def copy_per_model(
+    copies: dict[Any, tuple[Any, AdapterT]], model: Any, build: Callable[[Any], AdapterT]
+) -> AdapterT:
+    """The adapter `build(model)` makes, made once per model name or model object.
+
+    For `with_model`: every run of a program on one model shares one copy (and
+    its caches). `copies` keeps each model object beside its copy, so no other
+    object can take its id, the key.
+    """
+    key = model if isinstance(model, str) else id(model)
+    kept = copies.get(key)
+    if kept is None:
+        kept = copies[key] = (model, build(model))
+    return kept[1]

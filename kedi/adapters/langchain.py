@@ -68,6 +68,7 @@ from kedi.adapters.base import (
     JSONDict,
     OutputSpec,
     Usage,
+    copy_per_model,
 )
 from kedi.adapters.endpoint import api_key, configured_base_url
 from kedi.adapters.resources import current_resources
@@ -193,7 +194,7 @@ class LangChainAdapter(Adapter):
         self.history_archive = archive_policy(history_archive)
         self.max_rounds = count("max_rounds", max_rounds, 1)
         self.output_retries = count("output_retries", output_retries, 0)
-        self._bound: dict[Any, LangChainAdapter] = {}
+        self._bound: dict[Any, tuple[Any, LangChainAdapter]] = {}
         self.model_name = ""
         self.supports_tools = self.supports_structured = False
         if chat_model is None:
@@ -213,17 +214,17 @@ class LangChainAdapter(Adapter):
         """
         if self.chat_model is not None or model is None:
             return self
-        key = model if isinstance(model, str) else id(model)
-        bound = self._bound.get(key)
-        if bound is None or (not isinstance(model, str) and bound.chat_model is not model):
-            bound = self._bound[key] = LangChainAdapter(
+        return copy_per_model(
+            self._bound,
+            model,
+            lambda model: LangChainAdapter(
                 model,
                 history_processor=self.history_processor,
                 history_archive=self.history_archive,
                 max_rounds=self.max_rounds,
                 output_retries=self.output_retries,
-            )
-        return bound
+            ),
+        )
 
     def __repr__(self) -> str:
         """`LangChainAdapter('<model name>')`."""
@@ -232,14 +233,14 @@ class LangChainAdapter(Adapter):
     @classmethod
     def capability_rows(cls) -> dict[str, str]:
         """What this adapter supports, one row per capability-matrix line."""
+        rows = super().capability_rows()
         return {
+            **rows,
             "structured output": "with_structured_output (the chat model's method); with tools: schema as a tool",
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
             "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
-            "message format": cls.profile.message_format,
-            "settings": ", ".join(sorted(cls.profile.settings))
-            + " (where the chat model has the field)",
+            "settings": rows["settings"] + " (where the chat model has the field)",
         }
 
     def check(self, request: CallRequest) -> None:

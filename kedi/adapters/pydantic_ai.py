@@ -74,6 +74,7 @@ from kedi.adapters.base import (
     ToolHandler,
     ToolSpec,
     Usage,
+    copy_per_model,
 )
 from kedi.adapters.resources import current_resources
 from kedi.errors import (
@@ -243,7 +244,7 @@ class PydanticAdapter(Adapter):
             tuple[tuple[tuple[str, str, str], ...], type[Any] | None, OutputMode],
             Agent[Mapping[str, ToolHandler], Any],
         ] = {}
-        self._bound: dict[Any, PydanticAdapter] = {}
+        self._bound: dict[Any, tuple[Any, PydanticAdapter]] = {}
         self._requested_mode: OutputMode = output_mode
 
     def with_model(self, model: Any) -> PydanticAdapter:
@@ -254,17 +255,17 @@ class PydanticAdapter(Adapter):
         """
         if self._model is not None or model is None:
             return self
-        key = model if isinstance(model, str) else id(model)
-        bound = self._bound.get(key)
-        if bound is None or (not isinstance(model, str) and bound._model is not model):
-            bound = self._bound[key] = PydanticAdapter(
+        return copy_per_model(
+            self._bound,
+            model,
+            lambda model: PydanticAdapter(
                 model,
                 history_processor=self.history_processor,
                 history_archive=self.history_archive,
                 output_mode=self._requested_mode,
                 capabilities=self.capabilities,
-            )
-        return bound
+            ),
+        )
 
     def __repr__(self) -> str:
         """`PydanticAdapter('<model>', output_mode='<mode>')`."""
@@ -274,12 +275,11 @@ class PydanticAdapter(Adapter):
     def capability_rows(cls) -> dict[str, str]:
         """What this adapter supports, one row per capability-matrix line."""
         return {
+            **super().capability_rows(),
             "structured output": "tool, native, prompted (auto: native where the model profile allows)",
             "tools": "yes (Tool.from_schema; failures go back to the model)",
             "streaming": "yes: text calls and str captures stream to on_delta (event_stream_handler)",
             "history": "yes: Pydantic AI ModelMessage lanes, history processors before every request",
-            "message format": cls.profile.message_format,
-            "settings": ", ".join(sorted(cls.profile.settings)),
         }
 
     def check(self, request: CallRequest) -> None:

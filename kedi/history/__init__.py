@@ -10,9 +10,9 @@ from __future__ import annotations
 
 # Private aliases, and `annotations` (the __future__ feature) removed: no helper
 # module or feature object is an attribute of the package (test_history_show).
-import importlib as _importlib
 import typing as _typing
 
+from kedi._lazy import lazy_exports as _lazy_exports
 from kedi.errors import HistoryError, HistoryProcessingError, HistoryProcessingValidationError
 
 if _typing.TYPE_CHECKING:
@@ -141,20 +141,6 @@ The `TYPE_CHECKING` imports above say the same for type checkers and IDEs;
 """
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """Import a public name's module on first use and keep the name (PEP 562)."""
-    try:
-        module, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(_importlib.import_module(module), attribute)
-    globals()[name] = value  # later look-ups find it without calling __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names too, imported or not, so `dir(kedi.history)` shows the API."""
-    return sorted({*globals(), *__all__})
-
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)
 
 del annotations  # the name the __future__ import binds; the feature stays on

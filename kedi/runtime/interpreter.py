@@ -13,7 +13,7 @@ import builtins
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"
+PythonResultT = TypeVar("PythonResultT")
 
 # (returned?, value) of running a body
 Outcome = tuple[bool, Any]
@@ -735,21 +736,8 @@ class Interpreter:
             "inline python", code.span, snippet=self.snippet(code.span), procedure=frame.procedure
         ):
             try:
-                await self._force_references(code, frame)
-                namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
-                procedures = self._procedures_called(code, frame)
-                if procedures is None:
-                    return self.bridge.evaluate(code, namespace)
-                if procedures:
-                    return await self.bridge.evaluate_awaiting(
-                        code, namespace, procedures, self._call_from_python
-                    )
-                return await anyio.to_thread.run_sync(
-                    self.bridge.evaluate,
-                    code,
-                    namespace,
-                    limiter=self.python_threads,
-                    abandon_on_cancel=True,
+                return await self._run_python(
+                    code, frame, self.bridge.evaluate, self.bridge.evaluate_awaiting
                 )
             except PythonFailure as failure:
                 raise self._python_error(failure) from None
@@ -759,23 +747,9 @@ class Interpreter:
     ) -> Any:
         """Run Python statements; sync writes to existing Kedi names back."""
         try:
-            await self._force_references(code, frame)
-            namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
-            procedures = self._procedures_called(code, frame)
-            if procedures is None:
-                result = self.bridge.execute(code, namespace)
-            elif procedures:
-                result = await self.bridge.execute_awaiting(
-                    code, namespace, procedures, self._call_from_python
-                )
-            else:
-                result = await anyio.to_thread.run_sync(
-                    self.bridge.execute,
-                    code,
-                    namespace,
-                    limiter=self.python_threads,
-                    abandon_on_cancel=True,
-                )
+            result = await self._run_python(
+                code, frame, self.bridge.execute, self.bridge.execute_awaiting
+            )
         except PythonFailure as failure:
             raise self._python_error(failure) from None
         for name, value in result.writes.items():
@@ -785,6 +759,32 @@ class Interpreter:
                 "a `= ```` ` block must `return` a value", frames=trace.current_frames()
             )
         return result.value
+
+    async def _run_python(
+        self,
+        code: ast.PythonCode,
+        frame: Frame,
+        run: Callable[[ast.PythonCode, dict[str, Any]], PythonResultT],
+        run_awaiting: Callable[..., Awaitable[PythonResultT]],
+    ) -> PythonResultT:
+        """Run `code` with the bridge's `run` (or `run_awaiting`) as `_procedures_called` says.
+
+        Here when it calls no procedure; awaiting the procedures it calls
+        directly; else in a worker thread whose calls hop back to the loop.
+
+        Raises:
+            PythonFailure: the code raised or does not compile.
+        """
+        await self._force_references(code, frame)
+        namespace = self.namespace(frame, complete=self.bridge.reads_dynamically(code))
+        procedures = self._procedures_called(code, frame)
+        if procedures is None:
+            return run(code, namespace)
+        if procedures:
+            return await run_awaiting(code, namespace, procedures, self._call_from_python)
+        return await anyio.to_thread.run_sync(
+            run, code, namespace, limiter=self.python_threads, abandon_on_cancel=True
+        )
 
     def _sync_write(self, name: str, value: Any, frame: Frame) -> None:
         if name == RESERVED_ARGS:

@@ -122,6 +122,18 @@ def _too_deep(module: ast.Module) -> Diagnostic | None:
     return None
 
 
+def check_nesting(module: ast.Module, source: SourceFile | None = None) -> None:
+    """Raise the `KediCheckError` of a module nested more than `MAX_NESTING` deep; check nothing else.
+
+    For `kedi parse --json`, whose indented output grows with the square of the depth.
+    """
+    too_deep = _too_deep(module)
+    if too_deep is not None:
+        if source is not None:
+            too_deep = replace(too_deep, source_line=source.line_text(too_deep.span.line))
+        raise KediCheckError([too_deep])
+
+
 def check_or_raise(
     module: ast.Module,
     *,

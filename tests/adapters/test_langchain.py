@@ -15,10 +15,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, Field, create_model
+from pydantic import Field
 
 import kedi
-from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec
+from kedi.adapters.base import Exchange, ToolSpec
 from kedi.adapters.langchain import CLASSIFIER, LangChainAdapter
 from kedi.errors import (
     AdapterError,
@@ -35,6 +35,7 @@ from kedi.errors import (
     RateLimitError,
 )
 from kedi.history.processors import HistoryProcessorContext
+from tests.adapters.helpers import add_tool, call, spec
 
 pytestmark = pytest.mark.anyio
 
@@ -94,11 +95,6 @@ class Plain(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage("plain"))])
 
 
-def spec(**fields: Any) -> OutputSpec:
-    model = create_model("Outputs", __config__=ConfigDict(strict=True), **fields)
-    return OutputSpec(model, model.model_json_schema())
-
-
 CITY = spec(city=(str, ...), population=(int, ...))
 
 
@@ -120,10 +116,6 @@ def ai(
     )
 
 
-def call(prompt: str, **kwargs: Any) -> CallRequest:
-    return CallRequest(prompt=prompt, run_id="run-1", conversation_id="conversation-1", **kwargs)
-
-
 def kinds(messages: Sequence[BaseMessage]) -> list[str]:
     return [type(message).__name__ for message in messages]
 
@@ -143,17 +135,6 @@ def pair_valid(messages: Sequence[BaseMessage]) -> bool:
             calls = [*message.tool_calls, *message.invalid_tool_calls]
             open_calls = {c["id"] for c in calls if c["id"]}
     return not open_calls
-
-
-def add_tool(log: list[Any]) -> ToolSpec:
-    async def add(args: Any) -> int:
-        log.append(dict(args))
-        if args["a"] < 0:
-            raise ValueError("negative numbers are not allowed")
-        return int(args["a"] + args["b"])
-
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
-    return ToolSpec("add", "Add two numbers.", schema, add)
 
 
 # --------------------------------------------------------------------------- text, usage, history
@@ -430,15 +411,8 @@ async def test_models_without_tools_are_refused_before_any_request() -> None:
 
 
 def test_capability_rows_describe_the_adapter() -> None:
+    """The row names every adapter shares are checked in test_architecture; these are the values."""
     rows = LangChainAdapter.capability_rows()
-    assert list(rows) == [
-        "structured output",
-        "tools",
-        "streaming",
-        "history",
-        "message format",
-        "settings",
-    ]
     assert rows["message format"] == "langchain" and rows["streaming"].startswith(
         "yes: text calls and str captures stream"
     )

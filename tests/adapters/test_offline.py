@@ -7,26 +7,15 @@ import json
 from typing import Any
 
 import pytest
-from pydantic import Field, create_model
+from pydantic import Field
 
-from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec
+from kedi.adapters.base import CallRequest, Exchange, ToolSpec
 from kedi.adapters.offline import OfflineAdapter, offline_text
 from kedi.errors import OutputValidationError
 from kedi.history import Message, estimate_tokens
+from tests.adapters.helpers import CONVERSATION, RUN, call, spec
 
 pytestmark = pytest.mark.anyio
-
-RUN = "run-1"
-CONVERSATION = "conversation-1"
-
-
-def spec(**fields: Any) -> OutputSpec:
-    model = create_model("Captures", **fields)
-    return OutputSpec(model, model.model_json_schema())
-
-
-def call(prompt: str, **kwargs: Any) -> CallRequest:
-    return CallRequest(prompt=prompt, run_id=RUN, conversation_id=CONVERSATION, **kwargs)
 
 
 async def test_text_reply_echoes_the_prompt() -> None:

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from pydantic import ConfigDict, create_model
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import (
     ModelConnectionError,
@@ -33,7 +32,7 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.usage import RequestUsage
 
 import kedi
-from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec
+from kedi.adapters.base import Exchange, ToolSpec
 from kedi.adapters.pydantic_ai import CLASSIFIER, PydanticAdapter
 from kedi.errors import (
     AdapterError,
@@ -52,18 +51,9 @@ from kedi.errors import (
     RateLimitError,
 )
 from kedi.history.processors import HistoryProcessorContext
+from tests.adapters.helpers import CONVERSATION, RUN, add_tool, call, spec
 
 pytestmark = pytest.mark.anyio
-
-RUN = "run-1"
-CONVERSATION = "conversation-1"
-
-
-def spec(**fields: Any) -> OutputSpec:
-    """An output spec like the runtime builds: one strict model, one field per capture."""
-    model = create_model("Outputs", __config__=ConfigDict(strict=True), **fields)
-    return OutputSpec(model, model.model_json_schema())
-
 
 CITY = spec(city=(str, ...), population=(int, ...))
 
@@ -105,10 +95,6 @@ def tool_call(name: str, args: dict[str, Any], call_id: str) -> Callable[..., Mo
     return lambda messages, info: ModelResponse(
         parts=[ToolCallPart(name, args, tool_call_id=call_id)]
     )
-
-
-def call(prompt: str, *, run_id: str = RUN, **kwargs: Any) -> CallRequest:
-    return CallRequest(prompt=prompt, run_id=run_id, conversation_id=CONVERSATION, **kwargs)
 
 
 def kinds(messages: Any) -> list[list[str]]:
@@ -260,17 +246,6 @@ async def test_dump_and_load_round_trip_and_bad_data() -> None:
 
 
 # --------------------------------------------------------------------------- tools
-
-
-def add_tool(log: list[Any]) -> ToolSpec:
-    async def add(args: Any) -> int:
-        log.append(dict(args))
-        if args["a"] < 0:
-            raise ValueError("negative numbers are not allowed")
-        return int(args["a"] + args["b"])
-
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
-    return ToolSpec("add", "Add two numbers.", schema, add)
 
 
 async def test_tool_loop_round_trip() -> None:
@@ -445,16 +420,20 @@ async def test_usage_limit_is_a_clear_adapter_error_with_partial_evidence() -> N
     assert kinds(partial.messages) == [["UserPromptPart"], ["ToolCallPart"], ["ToolReturnPart"]]
 
 
+def test_with_model_keeps_one_copy_per_model_with_the_options() -> None:
+    """Every run of a program on one model shares one adapter (and its cached agents)."""
+    adapter = PydanticAdapter(output_mode="tool")
+    model, other = FunctionModel(text("a")), FunctionModel(text("b"))
+    copy = adapter.with_model(model)
+    assert copy is not adapter and copy.output_mode == "tool"
+    assert adapter.with_model(model) is copy
+    assert adapter.with_model(other) not in (copy, adapter)
+    assert copy.with_model(other) is copy  # a model chosen at construction stays
+
+
 def test_capability_rows_describe_the_adapter() -> None:
+    """The row names every adapter shares are checked in test_architecture; these are the values."""
     rows = PydanticAdapter.capability_rows()
-    assert list(rows) == [
-        "structured output",
-        "tools",
-        "streaming",
-        "history",
-        "message format",
-        "settings",
-    ]
     assert rows["message format"] == "pydantic-ai" and rows["streaming"].startswith(
         "yes: text calls and str captures stream"
     )

@@ -10,9 +10,9 @@ from typing import Any
 
 import anyio
 import pytest
-from pydantic import Field, create_model
+from pydantic import Field
 
-from kedi.adapters.base import CallRequest, Exchange, OutputSpec, ToolSpec
+from kedi.adapters.base import CallRequest, Exchange, ToolSpec
 from kedi.adapters.scripted import ScriptAdapter
 from kedi.errors import (
     AdapterError,
@@ -21,20 +21,9 @@ from kedi.errors import (
     ProviderError,
     ScriptExhaustedError,
 )
+from tests.adapters.helpers import CONVERSATION, RUN, call, spec
 
 pytestmark = pytest.mark.anyio
-
-RUN = "run-1"
-CONVERSATION = "conversation-1"
-
-
-def spec(**fields: Any) -> OutputSpec:
-    model = create_model("Captures", **fields)
-    return OutputSpec(model, model.model_json_schema())
-
-
-def call(prompt: str, **kwargs: Any) -> CallRequest:
-    return CallRequest(prompt=prompt, run_id=RUN, conversation_id=CONVERSATION, **kwargs)
 
 
 @pytest.fixture

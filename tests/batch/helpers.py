@@ -84,8 +84,11 @@ def private_ray(folder: Path) -> dict[str, str]:
     }
 
 
-def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
-    """`kedi batch PROGRAM INPUTS --out RESULTS --model script:...` as a subprocess argv."""
+def batch_command(paths: dict[str, Path], *options: str, model: str | None = None) -> list[str]:
+    """`kedi batch PROGRAM INPUTS --out RESULTS --model MODEL` as a subprocess argv.
+
+    The model is the job's script (`script:...`) unless `model` names another.
+    """
     return [
         sys.executable,
         "-m",
@@ -96,10 +99,20 @@ def batch_command(paths: dict[str, Path], *options: str) -> list[str]:
         "--out",
         str(paths["out"]),
         "--model",
-        f"script:{paths['script']}",
+        model or f"script:{paths['script']}",
         "--quiet",
         *options,
     ]
+
+
+def openai_batch(
+    paths: dict[str, Path], base_url: str, *options: str, api_key: str = "sk-test"
+) -> tuple[list[str], dict[str, str]]:
+    """`kedi batch` on the openai adapter at `base_url` (model `test-model`): argv and environment."""
+    command = batch_command(
+        paths, "--adapter", "openai", "--base-url", base_url, *options, model="test-model"
+    )
+    return command, {**environment(paths["store"]), "OPENAI_API_KEY": api_key}
 
 
 def run_batch(

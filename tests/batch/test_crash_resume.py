@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.batch.helpers import CountingServer, batch_command, environment, results, write_job
+from tests.batch.helpers import CountingServer, openai_batch, results, write_job
 
 ROWS = 30
 TRIALS = 20
@@ -43,11 +43,8 @@ def job(folder: Path, server: CountingServer) -> tuple[dict[str, Path], list[str
     """A fresh job of ROWS rows against `server`: its paths, command line and environment."""
     folder.mkdir()
     paths = write_job(folder, ROWS)
-    command = batch_command(
-        paths, "--adapter", "openai", "--base-url", server.base_url, "--parallel", "4"
-    )
-    command[command.index("--model") + 1] = "test-model"
-    return paths, command, {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"}
+    command, env = openai_batch(paths, server.base_url, "--parallel", "4")
+    return paths, command, env
 
 
 def time_to_run_the_rows(folder: Path, server: CountingServer) -> float:

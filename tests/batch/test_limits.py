@@ -88,11 +88,9 @@ def run_batch_openai(
 ):
     import subprocess
 
-    from tests.batch.helpers import batch_command, environment
+    from tests.batch.helpers import openai_batch
 
-    command = batch_command(paths, "--adapter", "openai", "--base-url", server.base_url, *options)
-    command[command.index("--model") + 1] = "test-model"
+    command, env = openai_batch(paths, server.base_url, *options, api_key="sk-test-secret")
     if not quiet:
         command.remove("--quiet")
-    env = {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test-secret"}
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)

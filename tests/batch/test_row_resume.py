@@ -5,13 +5,19 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.batch.helpers import CountingServer, environment, results, write_job
+from tests.batch.helpers import (
+    CountingServer,
+    batch_command,
+    environment,
+    openai_batch,
+    results,
+    write_job,
+)
 
 # Three calls per row, each depending on the last (history on): a row is "half finished" after one or two.
 THREE_CALLS = """[text] = `args.text`
@@ -28,32 +34,8 @@ def row_job(
     folder.mkdir()
     paths = write_job(folder, rows)
     paths["program"].write_text(THREE_CALLS, encoding="utf-8")
-    command = [
-        *_batch(paths),
-        "--adapter",
-        "openai",
-        "--base-url",
-        server.base_url,
-        "--model",
-        "test-model",
-        "--parallel",
-        "1",
-    ]
-    return paths, command, {**environment(paths["store"]), "OPENAI_API_KEY": "sk-test"}
-
-
-def _batch(paths: dict[str, Path]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "kedi",
-        "batch",
-        str(paths["program"]),
-        str(paths["inputs"]),
-        "--out",
-        str(paths["out"]),
-        "--quiet",
-    ]
+    command, env = openai_batch(paths, server.base_url, "--parallel", "1")
+    return paths, command, env
 
 
 def committed_turns(store: Path) -> int:
@@ -132,7 +114,7 @@ def test_retry_errors_resumes_a_failed_row_from_its_store_record(tmp_path: Path)
         paths["script"].write_text(__import__("json").dumps(entries))
 
     script({"error": "the provider fell over"})
-    command = [*_batch(paths), "--model", f"script:{paths['script']}"]
+    command = batch_command(paths)
     env = environment(paths["store"])
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     [failed] = results(paths["out"])

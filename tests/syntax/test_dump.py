@@ -179,6 +179,17 @@ def test_the_json_is_byte_for_byte_deterministic(everything: ast.Module) -> None
     assert done.stdout == dumps(everything)
 
 
+@pytest.mark.parametrize("indent", [2, None, 4])
+def test_the_text_is_what_json_dumps_writes_with_spans_on_one_line(
+    everything: ast.Module, indent: int | None
+) -> None:
+    text = json.dumps(to_json(everything), indent=indent, ensure_ascii=False)
+    one_line_spans = re.sub(
+        r'"span": \[\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\s*\]', r'"span": [\1, \2, \3, \4]', text
+    )
+    assert dumps(everything, indent=indent) == one_line_spans
+
+
 def test_spans_are_written_on_one_line_and_one_line_output() -> None:
     module = parse("= Hi\n")
     assert '"span": [1, 1, 1, 5]' in dumps(module)

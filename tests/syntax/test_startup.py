@@ -120,7 +120,13 @@ def test_an_unwritable_cache_only_costs_the_analysis(program: Path, tmp_path: Pa
 def test_help_loads_neither_the_parser_nor_the_runtime(tmp_path: Path) -> None:
     output, modules = cli_modules(["--help"], tmp_path)
     assert output[0].startswith("Usage:")
-    assert kedi_packages(modules) == {"kedi", "kedi.cli", "kedi.errors", "kedi.source"}
+    assert kedi_packages(modules) == {
+        "kedi",
+        "kedi._lazy",
+        "kedi.cli",
+        "kedi.errors",
+        "kedi.source",
+    }
     assert not {"pydantic", "lark", "anyio"} & {m.split(".")[0] for m in modules}
 
 
@@ -129,6 +135,7 @@ def test_parse_loads_the_parser_but_not_the_runtime(program: Path, tmp_path: Pat
     assert kedi_packages(modules) == {
         "kedi",
         "kedi._frozen",
+        "kedi._lazy",
         "kedi.cli",
         "kedi.errors",
         "kedi.settings",
