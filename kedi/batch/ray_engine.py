@@ -1,12 +1,23 @@
 """The Ray engine (`--engine ray`, extra `kedi[ray]`): rows on async Ray actors.
 
 Each `RowActor` holds its own `RowRunner` (the compiled program, one shared
-adapter, a ledger connection) and runs many rows at once on its event loop.
-One `LimiterActor` holds the job's `RateLimiter`: every actor asks it before
-each request, so the rate limits and the 429 pause are job-wide, on one
-machine or many. The driver (`run_batch`, as for the local engine) keeps
-the order, the window and RESULTS; it reads the limiter's concurrency twice
-a second.
+adapter, a ledger connection with its own group committer) and runs many
+rows at once on its event loop. Remote calls cost about a millisecond of CPU
+on each side, as much as running a row, so nothing here makes one per row:
+
+- Rows go to the actors in chunks (the rows the driver released in one turn
+  of its event loop, spread over the least-loaded actors), and each chunk's
+  outcomes stream back as they finish (`RowActor.run_rows`, a Ray streaming
+  generator), several per message when several finished together.
+- One `LimiterActor` holds the job's `RateLimiter`; each actor talks to it
+  through a `LeasedGate`. Without `--rpm`/`--tpm` a request does not ask it
+  at all; with them, the requests waiting in an actor book their slots in one
+  call (a block of at most `LEASE_SECONDS` of the job's rate, so no actor
+  holds much of the timeline). Successes and tokens are reported, and 429
+  pauses learnt, every `SYNC_INTERVAL`; a 429 pauses its own actor at once.
+
+The driver (`run_batch`, as for the local engine) keeps the order, the
+window and RESULTS; it reads the limiter's concurrency twice a second.
 
 An actor that dies mid-row (killed, node lost) is replaced and its rows are
 sent again with `recorded_ok`: a row whose outcome was committed before the
@@ -19,18 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from kedi.batch.inputs import Row
 from kedi.batch.ledger import Outcome
-from kedi.batch.limits import LimiterState, RateLimiter
+from kedi.batch.limits import DEFAULT_PAUSE, MAX_PAUSE, LimiterState, RateLimiter
 from kedi.batch.worker import BatchSpec, RowRunner
 from kedi.errors import ExtraNotInstalledError, KediError
 
 POLL_INTERVAL = 0.5
 """Seconds between the driver's reads of the job-wide limiter state."""
+SYNC_INTERVAL = 0.2
+"""Seconds between an actor's reports to the limiter (successes, tokens) and its reads of a pause."""
+LEASE_SECONDS = 0.5
+"""The most of the job's request timeline (at `--rpm`) one actor books in one call."""
 MAX_ROW_ATTEMPTS = 5
 """How many actors one row may outlive before the job gives up on it."""
 
@@ -41,54 +58,142 @@ class LimiterActor:
     def __init__(self, rpm: float | None, tpm: float | None, parallel: int) -> None:
         self._limiter = RateLimiter(rpm=rpm, tpm=tpm, parallel=parallel)
 
-    def reserve(self) -> float:
-        return self._limiter.reserve()
+    def lease(self, count: int) -> list[float]:
+        """Book `count` requests; the seconds each must wait before it is sent."""
+        return [self._limiter.reserve() for _ in range(count)]
 
-    def charge(self, tokens: int) -> None:
+    def report(self, successes: int, tokens: int) -> LimiterState:
+        """Take an actor's successful requests and tokens since its last report; the state now."""
+        for _ in range(successes):
+            self._limiter.succeeded()
         self._limiter.charge(tokens)
+        return self._limiter.state()
 
     def throttled(self, retry_after: float | None) -> None:
         self._limiter.throttled(retry_after)
-
-    def succeeded(self) -> None:
-        self._limiter.succeeded()
 
     def state(self) -> LimiterState:
         return self._limiter.state()
 
 
-class RayGate:
-    """A `Gate` whose limiter is the job's `LimiterActor`; reports are fire-and-forget."""
+class LeasedGate:
+    """A `Gate` over the job's `LimiterActor` that asks it in blocks, not once per request.
 
-    def __init__(self, limiter: Any) -> None:
+    `books` says every request needs a booked slot (`--rpm` or `--tpm` is
+    set): the requests waiting for one when a lease is asked get theirs in
+    that one call, at most `LEASE_SECONDS` of the job's rate at a time. A
+    slot is booked only for a request already waiting, and the request waits
+    for it as for a single reservation, so the job-wide spacing holds. Without
+    limits a request only waits out a pause: one of this actor's 429s at once,
+    another actor's once the next report (every `SYNC_INTERVAL`) brings it.
+    """
+
+    def __init__(self, limiter: Any, *, rpm: float | None, books: bool) -> None:
         self._limiter = limiter
+        self._books = books
+        self._block = max(1, int(rpm * LEASE_SECONDS / 60)) if rpm else None
+        self._paused_until = 0.0
+        self._waiting: list[asyncio.Future[float]] = []
+        self._leasing = False
+        self._successes = 0
+        self._tokens = 0
+        self._syncing: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start reporting to the limiter (from the actor's event loop; idempotent)."""
+        if self._syncing is None:
+            self._syncing = asyncio.ensure_future(self._sync())
 
     async def before_request(self) -> None:
-        delay = await self._limiter.reserve.remote()
+        send_at = await self._slot() if self._books else 0.0
+        delay = max(send_at, self._paused_until) - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
 
     def charge(self, tokens: int) -> None:
-        self._limiter.charge.remote(tokens)
+        self._tokens += tokens
 
     def throttled(self, retry_after: float | None) -> None:
+        pause = DEFAULT_PAUSE if retry_after is None else min(max(retry_after, 0.0), MAX_PAUSE)
+        self._paused_until = max(self._paused_until, time.monotonic() + pause)
         self._limiter.throttled.remote(retry_after)
 
     def succeeded(self) -> None:
-        self._limiter.succeeded.remote()
+        self._successes += 1
+
+    async def _slot(self) -> float:
+        """This actor's clock time at which the request may be sent (booked with others waiting)."""
+        slot: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiting.append(slot)
+        if not self._leasing:
+            self._leasing = True
+            asyncio.ensure_future(self._lease())
+        return await slot
+
+    async def _lease(self) -> None:
+        await asyncio.sleep(0)  # the requests of this turn of the event loop share the call
+        try:
+            while self._waiting:
+                size = len(self._waiting) if self._block is None else self._block
+                asking, self._waiting = self._waiting[:size], self._waiting[size:]
+                try:
+                    delays = await self._limiter.lease.remote(len(asking))
+                except Exception as error:  # the limiter is gone: the requests say so
+                    for slot in asking:
+                        if not slot.done():
+                            slot.set_exception(error)
+                    continue
+                # the delays count from the limiter's reply: sending late, never early
+                now = time.monotonic()
+                for slot, delay in zip(asking, delays, strict=True):
+                    if not slot.done():  # a request cancelled while waiting leaves its slot unused
+                        slot.set_result(now + delay)
+        finally:
+            self._leasing = False
+
+    async def _sync(self) -> None:
+        while True:
+            successes, tokens = self._successes, self._tokens
+            self._successes = self._tokens = 0
+            with suppress(Exception):  # a lost report only delays the recovery of concurrency
+                state: LimiterState = await self._limiter.report.remote(successes, tokens)
+                self._paused_until = max(self._paused_until, time.monotonic() + state.paused_for)
+            await asyncio.sleep(SYNC_INTERVAL)
 
 
 class RowActor:
-    """Runs rows of one job (a Ray async actor class once wrapped)."""
+    """Runs chunks of one job's rows (a Ray async actor class once wrapped)."""
 
-    def __init__(self, spec: BatchSpec, limiter: Any, parallel: int) -> None:
-        self._runner = RowRunner(spec, RayGate(limiter), parallel=parallel)
+    def __init__(
+        self, spec: BatchSpec, limiter: Any, parallel: int, rpm: float | None, tpm: float | None
+    ) -> None:
+        self._gate = LeasedGate(limiter, rpm=rpm, books=bool(rpm or tpm))
+        self._runner = RowRunner(spec, self._gate, parallel=parallel)
 
     async def ready(self) -> int:
         return os.getpid()
 
-    async def run(self, row: Row, recorded_ok: bool) -> Outcome:
-        return await self._runner.run(row, recorded_ok=recorded_ok)
+    async def run_rows(self, rows: list[tuple[Row, bool]]) -> AsyncIterator[list[Outcome]]:
+        """Run the rows (each with its `recorded_ok`) at once; yield their outcomes as they finish.
+
+        A row that raised (its ledger write failed) ends the chunk with that
+        error once the outcomes finished before it are yielded.
+        """
+        self._gate.start()
+        pending = {
+            asyncio.ensure_future(self._runner.run(row, recorded_ok=recorded_ok))
+            for row, recorded_ok in rows
+        }
+        while pending:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            failed = [task for task in finished if task.exception() is not None]
+            outcomes = [task.result() for task in finished if task.exception() is None]
+            if outcomes:
+                yield outcomes
+            if failed:
+                for task in pending:
+                    task.cancel()
+                raise failed[0].exception()  # type: ignore[misc]  # an exception, checked above
 
 
 def import_ray() -> Any:
@@ -128,6 +233,24 @@ def init_ray(address: str) -> bool:
     return True
 
 
+@dataclass(slots=True)
+class _Sent:
+    """A row the driver handed to an actor, and the `run_row` call waiting for its outcome."""
+
+    row: Row
+    outcome: asyncio.Future[Outcome]
+    attempts: int = 0
+    """Actors that died running it so far."""
+
+
+@dataclass(slots=True, eq=False)
+class _Worker:
+    """One live actor and how many rows it is running."""
+
+    actor: Any
+    load: int = 0
+
+
 class RayEngine:
     """Rows on `actors` Ray actors sharing one job-wide limiter."""
 
@@ -145,8 +268,9 @@ class RayEngine:
         self._address = address
         self._count = actors
         self._rpm, self._tpm, self._parallel = rpm, tpm, parallel
-        self._actors: list[Any] = []
-        self._load: dict[int, int] = {}
+        self._workers: list[_Worker] = []
+        self._outbox: list[_Sent] = []
+        self._chunks: set[asyncio.Task[None]] = set()
         self._limiter: Any = None
         self._state = LimiterState(
             concurrency=parallel, throttled=0, paused_for=0.0, token_debt=0.0
@@ -161,30 +285,30 @@ class RayEngine:
             self._limiter = ray.remote(num_cpus=0)(LimiterActor).remote(
                 self._rpm, self._tpm, self._parallel
             )
-            self._actors = [self._new_actor() for _ in range(self._count)]
-            await asyncio.gather(*(actor.ready.remote() for actor in self._actors))
+            self._workers = [self._new_worker() for _ in range(self._count)]
+            await asyncio.gather(*(worker.actor.ready.remote() for worker in self._workers))
             poller = asyncio.ensure_future(self._poll())
             try:
                 yield
             finally:
-                poller.cancel()
-                with suppress(asyncio.CancelledError):
-                    await poller
+                tasks = [poller, *self._chunks]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            for actor in [*self._actors, self._limiter]:
+            for actor in [*(worker.actor for worker in self._workers), self._limiter]:
                 if actor is not None:
                     ray.kill(actor)
             if started:
                 ray.shutdown()
 
-    def _new_actor(self) -> Any:
+    def _new_worker(self) -> _Worker:
         per_actor = max(1, -(-self._parallel // self._count))
-        cls = self._ray.remote(num_cpus=0, max_concurrency=per_actor, scheduling_strategy="SPREAD")(
-            RowActor
-        )
-        actor = cls.remote(self._spec, self._limiter, per_actor)
-        self._load[id(actor)] = 0
-        return actor
+        # Rows come in chunks, each one call: the job's window bounds the calls an actor runs.
+        cls = self._ray.remote(
+            num_cpus=0, max_concurrency=self._parallel + 2, scheduling_strategy="SPREAD"
+        )(RowActor)
+        return _Worker(cls.remote(self._spec, self._limiter, per_actor, self._rpm, self._tpm))
 
     async def _poll(self) -> None:
         while True:
@@ -193,24 +317,71 @@ class RayEngine:
             await asyncio.sleep(POLL_INTERVAL)
 
     async def run_row(self, row: Row) -> Outcome:
-        ray = self._ray
-        for attempt in range(MAX_ROW_ATTEMPTS):
-            actor = min(self._actors, key=lambda a: self._load[id(a)])
-            self._load[id(actor)] += 1
-            try:
-                return await actor.run.remote(row, attempt > 0)
-            except ray.exceptions.RayActorError:
-                self._replace(actor)
-            finally:
-                self._load[id(actor)] = self._load.get(id(actor), 1) - 1
-        raise KediError(
-            f"row {row.key!r}: {MAX_ROW_ATTEMPTS} Ray actors died running it; giving up"
-        )
+        sent = _Sent(row, asyncio.get_running_loop().create_future())
+        self._send(sent)
+        return await sent.outcome
 
-    def _replace(self, dead: Any) -> None:
-        if dead in self._actors:
-            self._actors[self._actors.index(dead)] = self._new_actor()
-            self._load.pop(id(dead), None)
+    def _send(self, sent: _Sent) -> None:
+        """Queue a row; the rows queued in one turn of the event loop leave together."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._dispatch)
+        self._outbox.append(sent)
+
+    def _dispatch(self) -> None:
+        """Spread the queued rows over the least-loaded actors, one chunk (one call) per actor."""
+        queued, self._outbox = self._outbox, []
+        chunks: dict[int, list[_Sent]] = {}
+        for sent in queued:
+            if sent.outcome.done():  # its run_row was cancelled before it left
+                continue
+            worker = min(self._workers, key=lambda w: w.load)
+            worker.load += 1
+            chunks.setdefault(id(worker), []).append(sent)
+        for worker in self._workers:
+            if id(worker) in chunks:
+                task = asyncio.ensure_future(self._run_chunk(worker, chunks[id(worker)]))
+                self._chunks.add(task)
+                task.add_done_callback(self._chunks.discard)
+
+    async def _run_chunk(self, worker: _Worker, chunk: list[_Sent]) -> None:
+        """Send a chunk to its actor; hand each outcome to its row as it streams back."""
+        running = {sent.row.position: sent for sent in chunk}
+        try:
+            stream = worker.actor.run_rows.remote([(s.row, s.attempts > 0) for s in chunk])
+            async for reply in stream:
+                for outcome in await reply:
+                    sent = running.pop(outcome.position)
+                    worker.load -= 1
+                    if not sent.outcome.done():
+                        sent.outcome.set_result(outcome)
+        except self._ray.exceptions.RayActorError:
+            self._replace(worker)
+            for sent in running.values():
+                self._retry(sent)
+        except Exception as error:  # a row's ledger write failed: its run_row raises it
+            for sent in running.values():
+                if not sent.outcome.done():
+                    sent.outcome.set_exception(error)
+        finally:
+            worker.load -= len(running)
+
+    def _retry(self, sent: _Sent) -> None:
+        """Send a row whose actor died again (`recorded_ok`), unless it outlived too many."""
+        if sent.outcome.done():
+            return
+        sent.attempts += 1
+        if sent.attempts >= MAX_ROW_ATTEMPTS:
+            sent.outcome.set_exception(
+                KediError(
+                    f"row {sent.row.key!r}: {MAX_ROW_ATTEMPTS} Ray actors died running it; giving up"
+                )
+            )
+            return
+        self._send(sent)
+
+    def _replace(self, dead: _Worker) -> None:
+        if dead in self._workers:
+            self._workers[self._workers.index(dead)] = self._new_worker()
 
     def concurrency(self) -> int:
         return self._state.concurrency
@@ -221,4 +392,4 @@ class RayEngine:
     @property
     def actors(self) -> list[Any]:
         """The live actors (tests kill one mid-row)."""
-        return list(self._actors)
+        return [worker.actor for worker in self._workers]

@@ -156,6 +156,12 @@ class CountingServer:
         self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
         return self
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (benchmarks leave its CPU out of the client's)."""
+        assert self._process is not None
+        return self._process.pid
+
     def stats(self) -> dict[str, list[float]]:
         import httpx
 
