@@ -17,7 +17,6 @@ from kedi.history.messages import (
     Message,
     Part,
     ToolCall,
-    collector_paused,
     interrupted_result,
     iter_messages,
     pairing_summary,
@@ -89,11 +88,7 @@ class _Pairing:
     arrays (`below[p]` is the open call under call `p`), so the walk creates no
     objects per message and reads each message once (its `pairing_summary`,
     not its fields): linear, and light on the garbage collector and the
-    memory cache. Callers walk with the cyclic collector paused: a repair
-    builds lists as long as the history and a message per call left open,
-    none in a cycle, and each collection those messages would trigger
-    traverses the young lists, i.e. reads every message of the history again
-    (a fifth of `normalize_history` on 100k messages, a tenth on 10k).
+    memory cache.
 
     The map from id to the top of its stack has two generations: `_young`
     holds the calls opened lately, `_old` the calls that stayed open while
@@ -275,11 +270,10 @@ def normalize_history(messages: HistoryInput) -> tuple[list[Message], HistoryRep
     never moved and nothing else is rewritten. System messages are kept.
     Deterministic and idempotent.
     """
-    with collector_paused():  # see `_Pairing`
-        pairing = _Pairing()
-        for message in iter_messages(messages):
-            pairing.add(message)
-        return pairing.finish()
+    pairing = _Pairing()
+    for message in iter_messages(messages):
+        pairing.add(message)
+    return pairing.finish()
 
 
 def repair_for_request(messages: HistoryInput) -> list[Message]:
@@ -291,12 +285,11 @@ def repair_for_request(messages: HistoryInput) -> list[Message]:
         state = messages.incremental(_REQUEST_HISTORY, RequestHistory)
         if state is not None:
             return state.messages()
-    with collector_paused():  # see `_Pairing`
-        pairing = _Pairing()
-        for message in iter_messages(messages):
-            if message.role != "system":
-                pairing.add(message)
-        return pairing.finish()[0]
+    pairing = _Pairing()
+    for message in iter_messages(messages):
+        if message.role != "system":
+            pairing.add(message)
+    return pairing.finish()[0]
 
 
 def request_history_tokens(messages: HistoryInput) -> int | None:
@@ -341,18 +334,17 @@ def sanitize_history(messages: HistoryInput) -> tuple[list[Message], SanitizeRep
     """
     system_prompts = 0
     unsafe: list[UnsafePart] = []
-    with collector_paused():  # see `_Pairing`
-        pairing = _Pairing()
-        for index, message in enumerate(iter_messages(messages)):
-            if message.role == "system":
-                system_prompts += 1
-                continue
-            if message.parts:
-                message = _without_unsafe_parts(message, index, unsafe)
-            if message.role == "user" and not message.content and not message.parts:
-                continue
-            pairing.add(message)
-        repaired, repair = pairing.finish()
+    pairing = _Pairing()
+    for index, message in enumerate(iter_messages(messages)):
+        if message.role == "system":
+            system_prompts += 1
+            continue
+        if message.parts:
+            message = _without_unsafe_parts(message, index, unsafe)
+        if message.role == "user" and not message.content and not message.parts:
+            continue
+        pairing.add(message)
+    repaired, repair = pairing.finish()
     return repaired, SanitizeReport(system_prompts, unsafe, repair)
 
 
