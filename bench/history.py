@@ -49,7 +49,7 @@ least disturbed by other processes. A sample covers LARGE messages at both
 sizes: one run on the large history, or SMALL_RUNS_PER_ROUND consecutive runs
 on the small one, summed; so both bests are taken over as many samples of
 the same length (the best of 100 short runs against the best of 10 long ones
-favoured the small size by 5-40% under load, as a minimum over more draws is
+favoured the small size by 6-25% under load, as a minimum over more draws is
 lower). The collector stays on between the runs."""
 
 
