@@ -18,8 +18,8 @@ from kedi.history.messages import (
     Part,
     ToolCall,
     interrupted_result,
-    is_truncated_args,
     iter_messages,
+    pairing_summary,
 )
 from kedi.history.trimming import message_tokens
 
@@ -75,16 +75,46 @@ class SanitizeReport:
     """The report of the pairing repair that ran last."""
 
 
+_STORED_HASHES = object()
+"""A key that is not a string: in a dict that holds it, CPython stores every key's
+hash in the table, so a probe compares hashes there instead of reading the id
+strings, which lie scattered over a long history's memory."""
+
+
 class _Pairing:
     """The C3 walk, fed one message at a time so callers filter and repair in one pass.
 
     Open calls form one LIFO stack per id, kept as a linked list over parallel
     arrays (`below[p]` is the open call under call `p`), so the walk creates no
-    objects per message and reads each message once: linear, and light on the
-    garbage collector and the memory cache.
+    objects per message and reads each message once (its `pairing_summary`,
+    not its fields): linear, and light on the garbage collector and the
+    memory cache.
+
+    The map from id to the top of its stack has two generations: `_young`
+    holds the calls opened lately, `_old` the calls that stayed open while
+    `_YOUNG_LIMIT` others were opened. An id may have open calls in both: the
+    young ones are newer, so a result looks in `_young` first, and opening a
+    call reads only `_young`; `_age` chains an id's young calls on top of its
+    old ones when it moves them. A result nearly always answers a young call,
+    so the map a message touches stays small and in cache however many calls
+    a long history leaves open, and deletions (every answer) happen in the
+    small map, so the old one does not fill with deleted slots.
     """
 
-    __slots__ = ("_answered", "_below", "_opened", "_opened_at", "_top", "kept", "open", "report")
+    __slots__ = (
+        "_answered",
+        "_below",
+        "_old",
+        "_opened",
+        "_opened_at",
+        "_young",
+        "kept",
+        "open",
+        "report",
+    )
+
+    _YOUNG_LIMIT = 256
+    """Open calls the young map holds before they move to the old one."""
 
     def __init__(self) -> None:
         self.kept: list[Message] = []
@@ -98,41 +128,73 @@ class _Pairing:
         self._opened_at = array("q")
         self._below = array("q")
         self._answered = bytearray()
-        self._top: dict[str, int] = {}  # call id -> the nearest open call with that id
+        # call id -> the nearest open call with that id, in one of the two maps
+        self._young: dict[object, int] = {}
+        self._old: dict[object, int] = {}  # str keys, and `_STORED_HASHES`
 
     def add(self, message: Message) -> None:
         """Walk one message: keep it, or drop it if it is an unmatched tool result."""
-        role = message.role
-        if role == "assistant":
-            for call in message.tool_calls:
-                call_id = call.id
-                if call_id:
-                    self._below.append(self._top.get(call_id, -1))
-                    self._top[call_id] = len(self._opened)
-                    self._opened.append(call)
-                    self._opened_at.append(len(self.kept))
-                    self._answered.append(0)
-                    self.open += 1
-                    if is_truncated_args(call.args):
-                        self.report.truncated.append(call_id)
-        elif role == "tool":
-            nearest = self._top.get(message.tool_call_id, -1)
+        try:
+            summary = message._pairing  # type: ignore[attr-defined]  # see pairing_summary
+        except AttributeError:  # built without validation: summarize it once
+            summary = pairing_summary(message)
+        if summary is None:
+            self.kept.append(message)
+        elif summary.__class__ is str:  # a tool result answering call `summary`
+            top = self._young
+            nearest = top.get(summary, -1)
             if nearest < 0:
-                self.report.dropped.append(message.tool_call_id)
-                return
+                top = self._old
+                if not top or (nearest := top.get(summary, -1)) < 0:
+                    self.report.dropped.append(summary)
+                    return
             self._answered[nearest] = 1
             self.open -= 1
             under = self._below[nearest]
             if under < 0:
-                # Forget closed ids so the map holds only open calls: it stays
-                # small (and in cache) however long the history is.
-                del self._top[message.tool_call_id]
+                del top[summary]  # the map holds only open calls
             else:
-                self._top[message.tool_call_id] = under
-        self.kept.append(message)
+                top[summary] = under
+            self.kept.append(message)
+        else:  # an assistant message opening calls: (id, truncated, call) each
+            young = self._young
+            at = len(self.kept)
+            for index in range(0, len(summary), 3):
+                call_id = summary[index]
+                self._below.append(young.get(call_id, -1))
+                young[call_id] = len(self._opened)
+                self._opened.append(summary[index + 2])
+                self._opened_at.append(at)
+                self._answered.append(0)
+                self.open += 1
+                if summary[index + 1]:
+                    self.report.truncated.append(call_id)
+            if len(young) > self._YOUNG_LIMIT:
+                self._age()
+            self.kept.append(message)
+
+    def _age(self) -> None:
+        """Move the young map's calls into the old map, above the old calls with the same ids."""
+        young, old, below = self._young, self._old, self._below
+        if not old:
+            old[_STORED_HASHES] = -1
+        for call_id, top in young.items():
+            older = old.get(call_id, -1)
+            if older >= 0:  # the id's young calls are all newer: chain them on top
+                bottom = top
+                while below[bottom] >= 0:
+                    bottom = below[bottom]
+                below[bottom] = older
+            old[call_id] = top
+        young.clear()
 
     def finish(self) -> tuple[list[Message], HistoryRepair]:
-        """Close every call still open right after its message; return history and report."""
+        """Close every call still open right after its message; return history and report.
+
+        Ends the walk: with no call open the history is `kept` itself, not a copy.
+        """
+        if not self.open:
+            return self.kept, self.report
         repaired, closed_ids = self.closed()
         self.report.synthesized.extend(closed_ids)
         return repaired, self.report
@@ -143,23 +205,24 @@ class _Pairing:
         Changes nothing, so a growing history can be closed again after more
         messages; with no call open it is a copy of `kept`.
         """
+        kept = self.kept
         if not self.open:
-            return list(self.kept), []
-        synthesized: dict[int, list[Message]] = {}
-        ids: list[str] = []
-        for position, closed in enumerate(self._answered):
-            if not closed:
-                call = self._opened[position]
-                synthesized.setdefault(self._opened_at[position], []).append(
-                    interrupted_result(call)
-                )
-                ids.append(call.id)
+            return list(kept), []
         repaired: list[Message] = []
-        for index, message in enumerate(self.kept):
-            repaired.append(message)
-            closing = synthesized.get(index)
-            if closing:
-                repaired.extend(closing)
+        ids: list[str] = []
+        opened, opened_at, answered = self._opened, self._opened_at, self._answered
+        copied = 0  # kept[:copied] is in `repaired` already
+        position = answered.find(0)
+        while position >= 0:  # the open calls, in history order
+            at = opened_at[position]
+            if at >= copied:  # the first open call of its message
+                repaired += kept[copied : at + 1]
+                copied = at + 1
+            call = opened[position]
+            repaired.append(interrupted_result(call))
+            ids.append(call.id)
+            position = answered.find(0, position + 1)
+        repaired += kept[copied:]
         return repaired, ids
 
 

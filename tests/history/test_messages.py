@@ -341,6 +341,28 @@ def test_interrupted_result_shape() -> None:
     assert (stamped.run_id, stamped.conversation_id) == ("r", "k")
 
 
+@pytest.mark.parametrize("name", ["lookup", ""])
+def test_an_unstamped_interrupted_result_is_what_validation_builds(name: str) -> None:
+    call = ToolCall(id="c1", name=name)
+    result = interrupted_result(call)  # copied from a template, not validated
+    validated = Message(
+        role="tool",
+        content=INTERRUPTED_RESULT,
+        tool_call_id="c1",
+        tool_name=name,
+        run_id="",
+        conversation_id="",
+    )
+    assert result == validated and list(vars(result).items()) == list(vars(validated).items())
+    assert result.model_fields_set is validated.model_fields_set  # the shared set
+    assert interrupted_result(ToolCall(id="c2", name="g")).tool_call_id == "c2"  # no sharing
+    with pytest.raises(ValueError, match="frozen"):
+        result.content = "changed"  # type: ignore[misc]
+    for clone in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
+        assert clone == result
+    assert Message.model_validate(result.to_json_dict()) == result
+
+
 def test_as_messages_accepts_messages_and_dicts_without_mutating() -> None:
     data = [{"role": "user", "content": "hi"}, Message(role="assistant", content="yo")]
     before = copy.deepcopy(data)

@@ -6,6 +6,7 @@ import copy
 import json
 from collections import Counter
 from typing import Any
+from unittest.mock import patch
 from urllib.parse import urlsplit
 
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from kedi.errors import HistoryError
 from kedi.history import (
+    INTERRUPTED_RESULT,
     HistoryRepair,
     Message,
     ToolCall,
@@ -23,6 +25,7 @@ from kedi.history import (
     sanitize_history,
     trim_history,
 )
+from kedi.history.repair import _Pairing
 
 # Few ids, so reuse, duplicates and collisions are common; "" never opens a call.
 call_ids = st.sampled_from(["", "a", "b", "c"])
@@ -243,3 +246,77 @@ def test_json_args_values_round_trip(value: Any) -> None:
     else:
         assert json.loads(args) == value
         assert once["toolCalls"][0]["args"] == value
+
+
+# --------------------------------------------------------------------------- repair vs a plain model
+
+
+def reference_repair(history: list[Message]) -> tuple[list[Message], HistoryRepair]:
+    """C3 as the spec states it, with a list of open calls per id and no speed tricks."""
+    open_calls: dict[str, list[int]] = {}
+    opened: list[tuple[int, ToolCall]] = []  # (index in `kept`, call) per opened call
+    answered: set[int] = set()
+    kept: list[Message] = []
+    report = HistoryRepair()
+    for message in history:
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                if call.id:
+                    open_calls.setdefault(call.id, []).append(len(opened))
+                    opened.append((len(kept), call))
+                    if call.truncated:
+                        report.truncated.append(call.id)
+        elif message.role == "tool":
+            calls = open_calls.get(message.tool_call_id)
+            if not calls:
+                report.dropped.append(message.tool_call_id)
+                continue
+            answered.add(calls.pop())
+        kept.append(message)
+    closing: dict[int, list[ToolCall]] = {}
+    for key, (at, call) in enumerate(opened):
+        if key not in answered:
+            closing.setdefault(at, []).append(call)
+    repaired: list[Message] = []
+    for index, message in enumerate(kept):
+        repaired.append(message)
+        for call in closing.get(index, []):
+            repaired.append(
+                Message(
+                    role="tool",
+                    content=INTERRUPTED_RESULT,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                )
+            )
+            report.synthesized.append(call.id)
+    return repaired, report
+
+
+long_call_ids = st.sampled_from(["", "a", "b", "c", "d", "e"])
+
+
+@st.composite
+def pairing_messages(draw: st.DrawFn) -> Message:
+    role = draw(st.sampled_from(["user", "assistant", "assistant", "tool", "tool", "system"]))
+    if role == "assistant":
+        calls = draw(st.lists(st.builds(tool_call, long_call_ids, raw_args), max_size=4))
+        return Message.model_validate({"role": role, "toolCalls": calls})
+    if role == "tool":
+        return Message(role="tool", tool_call_id=draw(long_call_ids), content="r")
+    return Message(role=role, content="text")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(pairing_messages(), max_size=120), st.sampled_from([0, 1, 2, 5]))
+def test_repair_matches_a_plain_model_when_calls_stay_open_long(
+    history: list[Message], young_limit: int
+) -> None:
+    # A small young map moves open calls to the old map after a few messages,
+    # so answers, reused ids and dropped results cross the two generations.
+    with patch.object(_Pairing, "_YOUNG_LIMIT", young_limit):
+        assert normalize_history(history) == reference_repair(history)
+        pairing = _Pairing()
+        for message in history:
+            pairing.add(message)
+        assert pairing.closed() == pairing.closed()  # closing again changes nothing

@@ -20,6 +20,7 @@ from kedi.history import (
     normalize_history,
     repair_for_request,
 )
+from kedi.history.repair import _Pairing
 
 
 def A(*ids: str, args: str = "{}", content: str = "") -> Message:  # noqa: N802 - reads like the spec
@@ -102,6 +103,36 @@ def test_reused_id_closes_the_nearest_earlier_open_call() -> None:
     assert repaired == [A("x"), SYN("x"), A("x"), T("x", "second")]
     assert report.synthesized == ["x"]
     assert normalize_history(repaired) == (repaired, HistoryRepair())
+
+
+def test_calls_left_open_long_pair_like_recent_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Calls open past `_YOUNG_LIMIT` others move to the walk's old map; an
+    # id reopened later must still close nearest first, and only once each.
+    monkeypatch.setattr(_Pairing, "_YOUNG_LIMIT", 2)
+    history = [A("x"), A("p"), A("q"), A("x"), T("x", "2nd"), T("x", "1st"), T("x", "3rd"), T("p")]
+    repaired, report = normalize_history(history)
+    assert repaired == [A("x"), A("p"), A("q"), SYN("q"), A("x")] + history[4:6] + [T("p")]
+    assert report == HistoryRepair(synthesized=["q"], dropped=["x"])
+
+
+def test_hundreds_of_open_calls_are_answered_from_either_map() -> None:
+    opened = [A(f"k{index}") for index in range(300)]  # more than the young map holds
+    history = [*opened, T("k0"), T("k299"), T("k0"), T("k150")]
+    repaired, report = normalize_history(history)
+    assert report.dropped == ["k0"] and len(report.synthesized) == 297
+    assert repaired[:2] == [A("k0"), A("k1")] and repaired[-3:] == history[-4:-2] + [T("k150")]
+    assert normalize_history(repaired) == (repaired, HistoryRepair())
+
+
+def test_messages_built_without_validation_pair_by_their_fields() -> None:
+    # The walk reads a summary that validation stores on a message; a copy,
+    # a constructed or an unpickled message gets one from its own fields.
+    changed = A("x").model_copy(update={"tool_calls": [ToolCall(id="y", name="f_y")]})
+    constructed = Message.model_construct(role="tool", tool_call_id="y", content="ok")
+    unpickled = pickle.loads(pickle.dumps(A("z")))
+    repaired, report = normalize_history([changed, constructed, unpickled, T("x")])
+    assert repaired == [changed, constructed, unpickled, SYN("z")]
+    assert report == HistoryRepair(synthesized=["z"], dropped=["x"])
 
 
 def test_duplicate_id_within_one_message() -> None:
