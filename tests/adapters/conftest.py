@@ -1,5 +1,6 @@
 """Shared fixtures of the adapter tests."""
 
+import anyio
 import pytest
 
 
@@ -7,3 +8,21 @@ import pytest
 def anyio_backend() -> str:
     """Adapters run on asyncio (Pydantic AI does not support trio)."""
     return "asyncio"
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits passed to `anyio.sleep` during the test (the adapter's retry waits), in order.
+
+    A test checks the wait the adapter chose here rather than in wall time,
+    which a loaded machine stretches. The sleeps still happen.
+    """
+    waits: list[float] = []
+    real_sleep = anyio.sleep
+
+    async def recording_sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(anyio, "sleep", recording_sleep)
+    return waits

@@ -285,7 +285,7 @@ async def test_cancelling_a_slow_sync_processor_is_prompt_and_discards_its_resul
         await run(slow)
     elapsed = time.monotonic() - started
     release.set()
-    assert scope.cancelled_caught and elapsed < 2
+    assert scope.cancelled_caught and elapsed < 5  # well before the processor would return (10 s)
     assert await anyio.to_thread.run_sync(finished.wait, 5)
 
 
