@@ -16,6 +16,7 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from pydantic import BaseModel
@@ -710,3 +711,18 @@ async def test_transcript_records_each_failed_attempt_and_every_problem_of_a_rej
     assert exchanges[1].response == {"error": second, "status": 503}
     assert exchanges[1].error == second
     assert exchanges[2].error.replace("`", "") == "name: Field required; population: Field required"
+
+
+@pytest.mark.anyio
+async def test_retries_stop_after_max_retries_when_the_server_keeps_failing() -> None:
+    attempts: list[int] = []
+
+    def always_busy(request: httpx.Request) -> httpx.Response:
+        attempts.append(1)
+        return httpx.Response(503, headers={"Retry-After": "0"}, json=error_body("busy"))
+
+    transport = httpx.MockTransport(always_busy)
+    adapter = OpenAIAdapter(MODEL, base_url=URL, max_retries=2, transport=transport)
+    with anyio.fail_after(10), pytest.raises(ProviderError, match="HTTP 503: busy"):
+        await adapter.request(call())  # a retry loop that never ends fails here, not hangs
+    assert len(attempts) == 3
