@@ -21,9 +21,11 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+from kedi.adapters import capability_cache
 from kedi.adapters import openai as openai_module
 from kedi.adapters.base import CallRequest, OutputSpec, ToolSpec
 from kedi.adapters.openai import OpenAIAdapter, _backoff
+from kedi.adapters.resources import run_scope
 from kedi.errors import (
     AdapterError,
     ContextLengthError,
@@ -726,3 +728,183 @@ async def test_retries_stop_after_max_retries_when_the_server_keeps_failing() ->
     with anyio.fail_after(10), pytest.raises(ProviderError, match="HTTP 503: busy"):
         await adapter.request(call())  # a retry loop that never ends fails here, not hangs
     assert len(attempts) == 3
+
+
+# --------------------------------------------------------------------------- the second batch: the rest of the full run
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout": 0}, "the timeout setting must be a number of seconds > 0, not 0"),
+        ({"max_reply_bytes": 0}, "the max_reply_bytes setting must be an integer >= 1, not 0"),
+    ],
+)
+def test_construction_errors_name_the_option(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(KediConfigError) as raised:
+        OpenAIAdapter(MODEL, **options)
+    assert str(raised.value) == message
+
+
+@pytest.mark.anyio
+async def test_the_constructors_reply_cap_applies_and_may_be_one_byte(server: OpenAIServer) -> None:
+    assert OpenAIAdapter(MODEL, max_reply_bytes=1).max_reply_bytes == 1
+    server.add(Reply(body=completion("x" * 2000)))
+    adapter = OpenAIAdapter(MODEL, base_url=server.base_url, max_retries=0, max_reply_bytes=1000)
+    with pytest.raises(ProviderError, match=r"max_reply_bytes setting \(1000 bytes\)"):
+        await adapter.request(call())
+
+
+@pytest.mark.anyio
+async def test_a_bad_structured_mode_setting_is_named_as_the_setting(server: OpenAIServer) -> None:
+    with pytest.raises(KediConfigError) as raised:
+        await make(server).request(call(output=CITY, settings={"structured_mode": "native"}))
+    assert str(raised.value) == (
+        "unknown structured_mode 'native' (the structured_mode setting); "
+        "use one of auto, json_schema, json_object, tool, prompted"
+    )
+
+
+@pytest.mark.anyio
+async def test_an_auto_call_that_needs_no_step_down_remembers_nothing(server: OpenAIServer) -> None:
+    server.add(Reply(body=completion(CITY_ARGS)))
+    await make(server).request(call(output=CITY))
+    assert server.bodies[0]["response_format"]["type"] == "json_schema"
+    assert capability_cache.remembered_mode(server.base_url, MODEL) is None
+
+
+@pytest.mark.anyio
+async def test_the_base_url_keeps_its_path_and_loses_only_trailing_slashes() -> None:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        return httpx.Response(200, json=completion("ok"))
+
+    base = "http://kedi.test/proxy/X//"
+    adapter = OpenAIAdapter(MODEL, base_url=base, transport=httpx.MockTransport(handler))
+    assert adapter.base_url == "http://kedi.test/proxy/X"
+    await adapter.request(call())
+    assert paths == ["/proxy/X/chat/completions"]
+
+
+@pytest.mark.anyio
+async def test_a_forced_tool_stays_forced_after_another_tools_result(server: OpenAIServer) -> None:
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "other", "{}")])),
+        Reply(body=completion(tool_calls=[tool_call("c2", "wanted", "{}")])),
+        Reply(body=completion("done")),
+    )
+    tools = (noop_tool("other"), noop_tool("wanted"))
+    await make(server).request(call(tools=tools, settings={"tool_choice": "wanted"}))
+    forced = {"type": "function", "function": {"name": "wanted"}}
+    assert [body.get("tool_choice") for body in server.bodies] == [forced, forced, None]
+
+
+@pytest.mark.anyio
+async def test_a_refused_shape_after_a_tool_round_carries_the_completed_turn(
+    server: OpenAIServer,
+) -> None:
+    server.add(
+        Reply(body=completion(tool_calls=[tool_call("c1", "noop", "{}")])),
+        Reply(400, SHAPE_REJECTION),
+    )
+    with pytest.raises(ProviderError) as raised:
+        await make(server, structured_mode="json_schema").request(
+            call(output=CITY, tools=(noop_tool("noop"),))
+        )
+    partial = raised.value.partial
+    assert partial is not None and partial.stage == "model"
+    assert [m.role for m in partial.messages] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.anyio
+async def test_the_transcript_marks_the_last_reply_failed_when_output_retries_run_out(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(body=completion("{}")))
+    exchanges: list[Any] = []
+    request = call(
+        output=CITY,
+        settings={"structured_mode": "json_schema", "output_retries": 0},
+        on_exchange=exchanges.append,
+    )
+    with pytest.raises(OutputValidationError) as raised:
+        await make(server).request(request)
+    [exchange] = exchanges
+    assert exchange.failed is True and exchange.error == raised.value.message
+
+
+@pytest.mark.anyio
+async def test_instructions_and_the_whole_history_are_sent_again_with_a_correction(
+    server: OpenAIServer,
+) -> None:
+    server.add(Reply(body=completion("not json")), Reply(body=completion(CITY_ARGS)))
+    history = (Message(role="user", content="earlier"), Message(role="assistant", content="ok"))
+    await make(server, structured_mode="json_schema").request(
+        call(output=CITY, history=history, instructions="Be brief.")
+    )
+    second = server.bodies[1]["messages"]
+    assert [m["role"] for m in second] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert [m["content"] for m in second[:4]] == ["Be brief.", "earlier", "ok", "Capital?"]
+
+
+@pytest.mark.anyio
+async def test_a_str_capture_streams_from_the_json_content(server: OpenAIServer) -> None:
+    pieces = ['{"name": "Pa', 'ris", "population": 1}']
+    server.add(
+        Reply(events=sse(*[chunk({"content": p}) for p in pieces], chunk(finish_reason="stop")))
+    )
+    seen: list[str] = []
+    result = await make(server, structured_mode="json_schema").request(
+        call(output=CITY, on_delta=seen.append)
+    )
+    assert result.value == {"name": "Paris", "population": 1} and seen == ["Pa", "ris"]
+
+
+@pytest.mark.anyio
+async def test_a_str_capture_streams_whole_when_the_tool_name_comes_after_its_arguments(
+    server: OpenAIServer,
+) -> None:
+    first = {"index": 0, "id": "c1", "type": "function", "function": {"arguments": '{"name": "Pa'}}
+    named = {"index": 0, "function": {"name": "final_result", "arguments": 'ris", '}}
+    rest = {"index": 0, "function": {"arguments": '"population": 1}'}}
+    server.add(
+        Reply(
+            events=sse(
+                *[chunk({"tool_calls": [piece]}) for piece in (first, named, rest)],
+                chunk(finish_reason="tool_calls"),
+            )
+        )
+    )
+    seen: list[str] = []
+    result = await make(server, structured_mode="tool").request(
+        call(output=CITY, on_delta=seen.append)
+    )
+    assert result.value == {"name": "Paris", "population": 1}
+    assert seen == ["Paris"]  # both pieces parsed together once the call is known
+
+
+@pytest.mark.anyio
+async def test_each_adapter_of_a_run_keeps_its_own_client() -> None:
+    seen: list[str] = []
+
+    def answering(label: str) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(label)
+            return httpx.Response(200, json=completion(label))
+
+        return httpx.MockTransport(handler)
+
+    first = OpenAIAdapter(MODEL, base_url=URL, transport=answering("first"))
+    second = OpenAIAdapter(MODEL, base_url=URL, transport=answering("second"))
+    async with run_scope():
+        values = [(await adapter.request(call())).value for adapter in (first, second, first)]
+    assert values == seen == ["first", "second", "first"]
