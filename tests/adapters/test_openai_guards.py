@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -500,7 +501,9 @@ async def test_a_retry_is_logged_with_its_wait_number_and_error(
 async def test_a_secret_in_an_extra_header_is_masked_when_the_server_echoes_it(
     server: OpenAIServer,
 ) -> None:
-    secret = "hdr-secret-4242"
+    # Fresh per run: the registry of known secrets is process-wide, so a value an
+    # earlier run of this test remembered would be masked whatever `_send` does.
+    secret = f"hdr-secret-{uuid.uuid4().hex}"
     server.add(Reply(400, error_body(f"unknown key {secret}")))
     with pytest.raises(ProviderError) as raised:
         await make(server).request(call(settings={"extra_headers": {"X-Api-Key": secret}}))
