@@ -591,12 +591,22 @@ async def test_max_tokens_uses_the_estimator_per_group() -> None:
     assert not (await run(max_tokens(10_000))).rewritten
 
 
+@pytest.mark.anyio
+async def test_compose_bounds_passes_its_estimator_to_max_tokens() -> None:
+    per_message = compose_bounds(None, max_tokens=5, estimator=lambda messages: len(messages))
+    assert list((await run(per_message)).messages) == [HISTORY[0], *HISTORY[8:]]
+
+
 def test_bounds_must_be_positive_integers() -> None:
     for bad in (0, -1, 2.5, True, None):
         with pytest.raises(HistoryError, match="limit must be"):
             max_messages(bad)  # type: ignore[arg-type]
         with pytest.raises(HistoryError, match="limit must be"):
             max_tokens(bad)  # type: ignore[arg-type]
+    for bound in (max_messages, max_tokens):
+        with pytest.raises(HistoryError) as raised:
+            bound(0)
+        assert str(raised.value) == f"{bound.__name__}: limit must be at least 1, got 0"
 
 
 def test_compose_bounds_shapes() -> None:
