@@ -198,8 +198,15 @@ async def test_metadata_of_the_wrong_length_is_an_error() -> None:
 
 @pytest.mark.anyio
 async def test_an_empty_input_is_an_error() -> None:
-    with pytest.raises(HistoryProcessingError, match="got no messages"):
-        await run(lambda ctx: ctx.messages, history=[])
+    def keep_all(ctx: HistoryProcessorContext) -> Any:
+        return ctx.messages
+
+    with pytest.raises(HistoryProcessingError) as raised:
+        await run(keep_all, history=[])
+    assert str(raised.value) == (
+        "history processor test_an_empty_input_is_an_error.<locals>.keep_all got no messages; "
+        "a request always ends with its current request"
+    )
 
 
 # --------------------------------------------------------------------------- accepted edits
@@ -551,6 +558,10 @@ async def test_calling_the_same_adapter_from_its_processor_fails() -> None:
         ) as caught:
             await run(processor, owner=adapter)
         assert isinstance(caught.value.__cause__, KediUsageError)
+        assert str(caught.value.__cause__) == (
+            "adapter 'fake' was called from inside its own history processor; use a separate "
+            "model configured without a history processor (e.g. to write a summary)"
+        )
     assert await adapter.request() == "ok"  # the guard is gone afterwards
 
 
@@ -566,8 +577,12 @@ def test_process_history_capability_is_rejected() -> None:
         ProcessHistory(lambda messages: messages),
         MyProcessHistory(lambda messages: messages),
     ):
-        with pytest.raises(KediUsageError, match="cannot be combined with history_processor="):
+        with pytest.raises(KediUsageError) as raised:
             reject_process_history([object(), capability])
+        assert str(raised.value) == (
+            "a Pydantic AI ProcessHistory capability cannot be combined with history_processor=; "
+            "compose both in the one history_processor callback"
+        )
 
 
 # --------------------------------------------------------------------------- bounds and composition
