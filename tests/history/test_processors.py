@@ -479,12 +479,12 @@ async def test_copy_failure_is_wrapped() -> None:
         def copy(self, messages: Sequence[Any]) -> list[Any]:
             raise MemoryError("no room")
 
-    with pytest.raises(
-        HistoryProcessingError,
-        match="copying the history for history processor .* failed: MemoryError: no room",
-    ) as caught:
+    def keep_all(ctx: HistoryProcessorContext) -> Any:
+        return ctx.messages
+
+    with pytest.raises(HistoryProcessingError) as caught:
         await run_history_processor(
-            lambda ctx: ctx.messages,
+            keep_all,
             HISTORY,
             BrokenCopy(),
             adapter_shortname="x",
@@ -492,6 +492,10 @@ async def test_copy_failure_is_wrapped() -> None:
             request_index=1,
             cache_epoch=0,
         )
+    assert str(caught.value) == (
+        "copying the history for history processor "
+        "test_copy_failure_is_wrapped.<locals>.keep_all failed: MemoryError: no room"
+    )
     assert isinstance(caught.value.__cause__, MemoryError)
 
 
