@@ -2,6 +2,7 @@
 
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from tests.adapters.openai_server import OpenAIServer
@@ -21,3 +22,21 @@ def endpoint_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
     with OpenAIServer() as running:
         monkeypatch.setenv("KEDI_BASE_URL", running.base_url)
         yield running
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits passed to `anyio.sleep` during the test (the adapter's retry waits), in order.
+
+    A test checks the wait the adapter chose here rather than in wall time,
+    which a loaded machine stretches. The sleeps still happen.
+    """
+    waits: list[float] = []
+    real_sleep = anyio.sleep
+
+    async def recording_sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(anyio, "sleep", recording_sleep)
+    return waits

@@ -25,7 +25,14 @@ from kedi.adapters.openai import OpenAIAdapter
 from kedi.errors import KediExecutionError, ProviderError
 from kedi.history.lanes import Conversation
 from kedi.runtime.program import compile_program
-from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, chunk, completion, sse
+from tests.adapters.openai_server import (
+    MODEL,
+    OpenAIServer,
+    Reply,
+    chunk,
+    completion,
+    sse,
+)
 
 PARTIAL = [f"data: {json.dumps(chunk({'content': 'PARTIAL'}))}", ""]
 """A stream that sends some content, then closes with no finish reason and no [DONE]."""
@@ -94,7 +101,7 @@ async def test_the_timeout_bounds_the_whole_request_not_each_read(server: OpenAI
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"timed out after 0\.5 s") as caught:
         await make(server, stream=True, max_retries=0).request(call(timeout=0.5))
-    assert time.monotonic() - started < 1.5 and caught.value.retryable
+    assert time.monotonic() - started < 3 and caught.value.retryable  # the stream lasts 4 s
 
 
 @pytest.mark.anyio
@@ -126,13 +133,13 @@ async def test_a_gzip_bomb_is_capped_after_decoding(server: OpenAIServer) -> Non
 @pytest.mark.anyio
 @pytest.mark.parametrize("value", ["nan", "-5", "inf", "Mon, 01 Jan 1990 00:00:00 GMT", "junk"])
 async def test_a_bad_retry_after_falls_back_to_the_backoff(
-    server: OpenAIServer, value: str
+    server: OpenAIServer, value: str, sleeps: list[float]
 ) -> None:
     server.add(Reply(503, {"error": {"message": "busy"}}, headers={"Retry-After": value}))
     server.add(Reply(body=completion("after backoff")))
-    started = time.monotonic()
     assert (await make(server).request(call())).value == "after backoff"
-    assert 0.3 <= time.monotonic() - started < 2  # the first backoff step: 0.375-0.5 s
+    (wait,) = sleeps
+    assert 0.375 <= wait <= 0.5  # the first backoff step, with its jitter
 
 
 FAULTS = [

@@ -578,7 +578,7 @@ async def test_cancelling_in_the_middle_of_a_tool_loop_returns_promptly(
         await make(server).request(call(tools=(weather_tool(seen),)))
 
     assert scope.cancelled_caught
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 4  # well before the delayed reply (5 s)
     assert seen == [{"city": "Paris"}] and len(server.received) == 2
 
 
@@ -726,17 +726,17 @@ async def test_a_failing_history_processor_stops_the_call_before_any_request(
 @pytest.mark.anyio
 @pytest.mark.parametrize("header", [{"Retry-After": "0.05"}, {"retry-after-ms": "50"}])
 async def test_429_waits_as_long_as_the_server_asks_then_succeeds(
-    server: OpenAIServer, header: dict[str, str]
+    server: OpenAIServer, header: dict[str, str], sleeps: list[float]
 ) -> None:
     server.add(Reply(429, error_body("slow down", kind="rate_limit_error"), headers=header))
     server.add(Reply(body=completion("done")))
     started = time.monotonic()
     result = await make(server).request(call())
 
-    elapsed = time.monotonic() - started
     assert result.value == "done" and len(server.received) == 2
     # The server's 50 ms, not the default backoff (at least 375 ms).
-    assert 0.05 <= elapsed < 0.3
+    assert sleeps == [pytest.approx(0.05)]
+    assert time.monotonic() - started >= 0.05
     assert result.usage.requests == 1
 
 
@@ -841,7 +841,7 @@ async def test_timeouts_and_unreachable_servers_raise_provider_errors(server: Op
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"timed out after 0\.2 s"):
         await make(server, timeout=0.2, max_retries=0).request(call())
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.5  # before the reply (3 s) would have come
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

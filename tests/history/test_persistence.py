@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -191,6 +192,31 @@ def test_a_given_adapter_serializes_its_lanes() -> None:
     original.lane(key).seed(pydantic_messages())
     loaded = Conversation.loads(original.dumps(adapters=[adapter]), adapters=[adapter])
     assert Recording.loaded == 1 and len(loaded.lane(key)) == 4
+
+
+class Homegrown:
+    """A native-format adapter the registry does not know: only `adapters=` can find it."""
+
+    shortname = "homegrown"
+    profile = SimpleNamespace(message_format="homegrown-json")
+
+    def dump_messages(self, messages: list[Any]) -> list[Any]:
+        return [{"text": message} for message in messages]
+
+    def load_messages(self, data: list[Any]) -> list[Any]:
+        return [item["text"] for item in data]
+
+
+def test_the_conversation_methods_pass_their_adapters_on(tmp_path: Path) -> None:
+    key = LaneKey("homegrown", "m", "s", format="homegrown-json")
+    conversation = Conversation()
+    conversation.lane(key).append(["hi", "there"])
+    adapters = [Homegrown()]
+    text = conversation.dumps(adapters=adapters)
+    assert list(Conversation.loads(text, adapters=adapters).lane(key).messages) == ["hi", "there"]
+    path = tmp_path / "conversation.json"
+    conversation.save(path, adapters=adapters)
+    assert list(Conversation.load(path, adapters=adapters).lane(key).messages) == ["hi", "there"]
 
 
 def test_a_native_lane_of_an_unknown_adapter_needs_that_adapter() -> None:
