@@ -115,6 +115,19 @@ def test_calls_left_open_long_pair_like_recent_ones(monkeypatch: pytest.MonkeyPa
     assert report == HistoryRepair(synthesized=["q"], dropped=["x"])
 
 
+def test_an_id_open_in_both_maps_answers_its_newest_call_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `x` (the very first call) moves to the old map; a later `x` is young
+    # when the map ages again, so it must be chained on top of the old one:
+    # the first result answers the later `x`, the second the first `x`.
+    monkeypatch.setattr(_Pairing, "_YOUNG_LIMIT", 1)
+    history = [A("x"), A("p"), A("x"), A("q"), T("x", "2nd"), T("x", "1st")]
+    repaired, report = normalize_history(history)
+    assert repaired == [A("x"), A("p"), SYN("p"), A("x"), A("q"), SYN("q")] + history[4:]
+    assert report == HistoryRepair(synthesized=["p", "q"])
+
+
 def test_hundreds_of_open_calls_are_answered_from_either_map() -> None:
     opened = [A(f"k{index}") for index in range(300)]  # more than the young map holds
     history = [*opened, T("k0"), T("k299"), T("k0"), T("k150")]
