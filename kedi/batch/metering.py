@@ -130,9 +130,8 @@ class _Released(httpx.AsyncByteStream):
         self._stream = stream
         self._release: Callable[[], None] | None = release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()  # the body's own iterator: no generator layer per chunk
 
     async def aclose(self) -> None:
         try:
