@@ -285,8 +285,10 @@ def main() -> int:
             kedi_rate(
                 folder / "ray", server.base_url, options.parallel, "warm-up"
             )  # imports, first connections
-            sent = server.stats()["prompts"][0]
-            assert sent == request_body(0)["messages"][0]["content"], f"kedi sent {sent!r}"
+            # every row's prompt, in whatever order its connection reached the server
+            sent = set(server.stats()["prompts"])
+            expected = {request_body(n)["messages"][0]["content"] for n in range(options.ray_rows)}
+            assert sent == expected, f"kedi sent {sorted(sent ^ expected)[:3]!r}"
             # Pairs measured back to back, several times: the machine is shared, so a ratio
             # means something only within one pair; the median pair is the figure.
             pairs = []

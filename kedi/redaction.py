@@ -61,8 +61,12 @@ _known: set[str] = set()
 _known_lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_key(key: object) -> bool:
-    """Whether a mapping key names a secret (`Authorization`, `apiKey`, `db_password`, ...)."""
+    """Whether a mapping key names a secret (`Authorization`, `apiKey`, `db_password`, ...).
+
+    Cached: the values kedi writes repeat a few dozen keys (`role`, `content`, ...).
+    """
     if not isinstance(key, str):
         return False
     return _SECRET_KEY.search(key.lower().replace("-", "").replace("_", "")) is not None
@@ -117,16 +121,67 @@ def _spellings(secrets: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(spellings, key=len, reverse=True))
 
 
+class _EnvironmentSecrets:
+    """The values of the environment's secret-named variables, read again only when it changed.
+
+    Reading `os.environ` decodes every name and value (tens of microseconds,
+    paid for every stored turn); comparing the raw mapping behind it with a
+    copy is a C-level dict comparison. Where that mapping is not there (not
+    CPython), the environment is read each time.
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[Any, Any] | None = None
+        self._values: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    def values(self) -> tuple[str, ...]:
+        raw = getattr(os.environ, "_data", None)
+        if not isinstance(raw, dict):
+            return self._read()
+        with self._lock:
+            if raw != self._raw:
+                self._raw, self._values = dict(raw), self._read()
+            return self._values
+
+    @staticmethod
+    def _read() -> tuple[str, ...]:
+        return tuple(
+            value
+            for name, value in os.environ.items()
+            if len(value) >= _MIN_ENV_SECRET and _SECRET_ENV.search(name.upper())
+        )
+
+
+_environment = _EnvironmentSecrets()
+
+
 def _known_spellings(secrets: Iterable[str]) -> tuple[str, ...]:
     """The spellings of every secret known now: remembered, in the environment, and `secrets`."""
-    environment = (
-        value
-        for name, value in os.environ.items()
-        if len(value) >= _MIN_ENV_SECRET and _SECRET_ENV.search(name.upper())
-    )
+    environment = _environment.values()
     with _known_lock:
         known = frozenset((*_known, *environment, *secrets))
     return _spellings(known)
+
+
+def _may_need_masking(text: str, spellings: tuple[str, ...]) -> bool:
+    """Whether `_redact_text` could change `text`: False only when no rule can match.
+
+    Each text rule needs a literal that is cheap to look for (`://` and `@`,
+    `sk-`, `Bearer`, ...); most text has none, and the rules' regular
+    expressions then need not run. Text that is not ASCII always runs them:
+    case-insensitive matching also finds `ſ` for `s` and `ı` for `i`.
+    """
+    if not text.isascii():
+        return True
+    if any(spelling in text for spelling in spellings):
+        return True
+    if ("://" in text and "@" in text) or "sk-" in text or "xox" in text:
+        return True
+    if "gh" in text and "_" in text:
+        return True
+    lowered = text.lower()
+    return "bearer" in lowered or "basic" in lowered
 
 
 def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -135,6 +190,8 @@ def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
 
 
 def _redact_text(text: str, spellings: tuple[str, ...]) -> str:
+    if not _may_need_masking(text, spellings):
+        return text
     for spelling in spellings:
         text = text.replace(spelling, MASK)
     text = _BEARER.sub(lambda match: f"{match[1]}{match[2]}{MASK}", text)
@@ -158,6 +215,8 @@ def redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], Any]:
 
 
 def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:
+    if type(value) is str and not under_secret:  # most values: checked before the ABCs below
+        return _redact_text(value, spellings)
     if isinstance(value, Mapping):
         return {
             key: _redact(item, spellings, under_secret=is_secret_key(key))

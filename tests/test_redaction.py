@@ -229,3 +229,38 @@ def test_library_code_never_prints(capsys: pytest.CaptureFixture[str], caplog: A
     kedi.compile("[x] << hi\n= `x`\n").run_sync(quiet=False)
     assert capsys.readouterr().err == ""
     assert "no model configured" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: BEARER abc.def",
+        "basic dXNlcjpwYXNz",
+        "baſic dXNlcjpwYXNz",  # ſ matches s case-insensitively: non-ASCII text always runs the rules
+        "Bearer\ttab-separated",
+        "see ghp_0123456789abcdefghijABCD",
+        "xoxb-0123456789-abc",
+        "key sk-abcdefghijklmnop",
+        "postgresql://user:pw@db.example/x",
+        "known sk-kn0wn-secret-42 in text",
+        "known %2Fkn0wn-secret%2F in text",
+    ],
+)
+def test_the_quick_check_skips_no_text_a_rule_would_change(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text is scanned by the rules only when a cheap check says one may match; it never misses one."""
+    secrets = ["sk-kn0wn-secret-42", "/kn0wn-secret/"]
+    checked = redact_text(text, secrets=secrets)
+    monkeypatch.setattr(redaction, "_may_need_masking", lambda text, spellings: True)
+    assert checked == redact_text(text, secrets=secrets) != text
+
+
+def test_a_secret_put_in_the_environment_later_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert redact_text("value env-secret-value-77") == "value env-secret-value-77"
+    monkeypatch.setenv("SERVICE_TOKEN", "env-secret-value-77")
+    assert redact_text("value env-secret-value-77") == f"value {MASK}"
+    monkeypatch.setenv("SERVICE_TOKEN", "other-secret-value-78")
+    assert redact_text("value env-secret-value-77 other-secret-value-78") == (
+        f"value env-secret-value-77 {MASK}"
+    )

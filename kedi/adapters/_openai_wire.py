@@ -274,6 +274,26 @@ def strict_schema(schema: JSONDict) -> JSONDict | None:
         return None
 
 
+_STRICT_FORMS: dict[int, tuple[JSONDict, JSONDict | None]] = {}
+"""`strict_schema` of the schemas seen, by `id`; each entry holds its schema, so an id is never reused while cached."""
+_MAX_STRICT_FORMS = 1024
+
+
+def cached_strict_schema(schema: JSONDict) -> JSONDict | None:
+    """`strict_schema(schema)`, made once per schema object (a call site's output schema is built once).
+
+    The schema and its strict form are never changed once made: both are only serialized.
+    """
+    cached = _STRICT_FORMS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    if len(_STRICT_FORMS) >= _MAX_STRICT_FORMS:
+        _STRICT_FORMS.clear()
+    strict = strict_schema(schema)
+    _STRICT_FORMS[id(schema)] = (schema, strict)
+    return strict
+
+
 class _NotStrict(Exception):
     pass
 

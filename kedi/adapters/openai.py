@@ -81,6 +81,7 @@ from kedi.adapters._openai_wire import (
     CallOptions,
     IncompleteReply,
     assistant_message,
+    cached_strict_schema,
     call_options,
     completion_message,
     count,
@@ -94,7 +95,6 @@ from kedi.adapters._openai_wire import (
     response_format,
     retry_after,
     seconds,
-    strict_schema,
     wire_messages,
 )
 from kedi.adapters._portable import (
@@ -245,7 +245,7 @@ class OpenAIAdapter(Adapter):
         spec = request.output
         if spec is None:
             return None
-        strict = strict_schema(spec.json_schema)
+        strict = cached_strict_schema(spec.json_schema)
         setting = request.settings.get("structured_mode")
         if setting is not None:
             check_structured_mode(setting, "the structured_mode setting")

@@ -24,6 +24,7 @@ and the runtime compute lane keys one way (`LaneKey.for_call`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -137,7 +138,13 @@ class LaneKey:
 
     def label(self) -> str:
         """A short human-readable name for transcripts: `adapter/model#digest`."""
-        return f"{self.adapter}/{self.model}#{canonical_digest([self.settings, self.mcp, self.tools])[:8]}"
+        return _lane_label(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _lane_label(key: LaneKey) -> str:
+    """`LaneKey.label`, hashed once per key (every recorded call names its lane)."""
+    return f"{key.adapter}/{key.model}#{canonical_digest([key.settings, key.mcp, key.tools])[:8]}"
 
 
 class LaneView(Sequence[Any]):

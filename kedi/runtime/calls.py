@@ -328,7 +328,9 @@ class CallLayer:
             history_processor=plan.processor,
             origin=origin,
             # Text calls stream their reply; structured calls only the text of their `str` captures.
-            on_delta=self.on_delta if output is None or output.text_fields else None,
+            on_delta=None
+            if self.on_delta is None or (output is not None and not output.text_fields)
+            else self.on_delta,
             on_exchange=None
             if transcript is None
             else _exchange_sink(

@@ -10,6 +10,7 @@ they are defined. Only `>>` and `<<` cross the model boundary (see
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -90,13 +91,17 @@ class Interpreter:
         self._snippets: dict[int, str] = {}
         self.limiter = anyio.CapacityLimiter(parallel) if parallel > 0 else None
         """Bounds model calls in flight; None runs calls sequentially."""
-        self.python_threads = anyio.CapacityLimiter(math.inf)
+
+    @functools.cached_property
+    def python_threads(self) -> anyio.CapacityLimiter:
         """Worker threads for embedded Python that calls procedures synchronously.
 
         Unbounded, so nested calls can never wait for each other's threads
         (anyio's default pool of 40 deadlocked at depth 39); the call depth
-        limit bounds how many one chain of calls takes.
+        limit bounds how many one chain of calls takes. Made on first use:
+        most runs never need it.
         """
+        return anyio.CapacityLimiter(math.inf)
 
     # ================================================================== entry points
 
