@@ -71,6 +71,7 @@ from kedi.errors import (
     ScriptExhaustedError,
 )
 from kedi.history import ToolCall
+from kedi.history.persistence import json_kind
 from kedi.settings import COMMON_SETTINGS
 
 MAX_TOOL_ROUNDS = 8
@@ -130,7 +131,7 @@ def load_script(path: str | os.PathLike[str]) -> tuple[ScriptEntry, ...]:
         ) from None
     if not isinstance(data, list):
         raise KediConfigError(
-            f"script {os.fspath(path)} must hold a JSON list of replies, not {_json_kind(data)}"
+            f"script {os.fspath(path)} must hold a JSON list of replies, not {json_kind(data)}"
         )
     entries = []
     for number, item in enumerate(data, start=1):
@@ -141,22 +142,11 @@ def load_script(path: str | os.PathLike[str]) -> tuple[ScriptEntry, ...]:
     return tuple(entries)
 
 
-def _json_kind(value: Any) -> str:
-    names = {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        type(None): "null",
-    }
-    return names.get(type(value), "a number")
-
-
 def _entry(number: int, item: Any) -> ScriptEntry:
     if isinstance(item, str):
         return ScriptEntry(number, text=item)
     if not isinstance(item, dict):
-        raise ValueError(f"expected a string or an object, not {_json_kind(item)}")
+        raise ValueError(f"expected a string or an object, not {json_kind(item)}")
     unknown = sorted(set(item) - _ENTRY_KEYS)
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_ENTRY_KEYS))})")
@@ -167,9 +157,9 @@ def _entry(number: int, item: Any) -> ScriptEntry:
     reply = replies[0]
     value = item[reply]
     if reply in ("text", "error") and not isinstance(value, str):
-        raise ValueError(f"{reply!r} must be a string, not {_json_kind(value)}")
+        raise ValueError(f"{reply!r} must be a string, not {json_kind(value)}")
     if reply == "outputs" and not isinstance(value, dict):
-        raise ValueError(f"'outputs' must be an object of capture values, not {_json_kind(value)}")
+        raise ValueError(f"'outputs' must be an object of capture values, not {json_kind(value)}")
     delay = item.get("delay_ms", 0)
     if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
         raise ValueError(f"'delay_ms' must be a number of milliseconds >= 0, not {delay!r}")
@@ -191,7 +181,7 @@ def _tool_calls(number: int, value: Any) -> tuple[ToolCall, ...]:
     for index, call in enumerate(value, start=1):
         where = f"tool call {index}"
         if not isinstance(call, dict):
-            raise ValueError(f"{where} must be an object, not {_json_kind(call)}")
+            raise ValueError(f"{where} must be an object, not {json_kind(call)}")
         unknown = sorted(set(call) - _CALL_KEYS)
         if unknown:
             raise ValueError(f"{where}: unknown key {unknown[0]!r} (allowed: args, id, name)")
@@ -201,7 +191,7 @@ def _tool_calls(number: int, value: Any) -> tuple[ToolCall, ...]:
             raise ValueError(f"{where} needs a 'name' string")
         if not isinstance(args, dict | str):
             raise ValueError(
-                f"{where}: 'args' must be an object or raw text, not {_json_kind(args)}"
+                f"{where}: 'args' must be an object or raw text, not {json_kind(args)}"
             )
         if not isinstance(call_id, str) or not call_id:
             raise ValueError(f"{where}: 'id' must be a non-empty string")

@@ -244,7 +244,7 @@ def _load_document(data: Any, adapters: Iterable[Any], *, parsed_here: bool) -> 
     conversation_id = _string(document, "conversation_id", "the conversation document")
     lanes = document.get("lanes")
     if not isinstance(lanes, list):
-        raise HistoryError(f"lanes: expected a list of lanes, not {_kind(lanes)}")
+        raise HistoryError(f"lanes: expected a list of lanes, not {json_kind(lanes)}")
     conversation = Conversation(conversation_id)
     given = tuple(adapters)
     for index, item in enumerate(lanes):
@@ -283,7 +283,7 @@ def _load_lane(
         raise HistoryError(f"{where}.epoch: expected an integer >= 0, not {epoch!r}")
     data = lane.get("messages")
     if not isinstance(data, list):
-        raise HistoryError(f"{where}.messages: expected a list, not {_kind(data)}")
+        raise HistoryError(f"{where}.messages: expected a list, not {json_kind(data)}")
     if parsed_here and key.format == PORTABLE:
         messages = _validated_c1_dicts(data, where)
     else:
@@ -423,7 +423,7 @@ def _serializer(key: LaneKey, adapters: Sequence[Any], where: str) -> LaneOwner:
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise HistoryError(f"{where}: expected a JSON object, not {_kind(value)}")
+        raise HistoryError(f"{where}: expected a JSON object, not {json_kind(value)}")
     return value
 
 
@@ -465,7 +465,8 @@ def _surrogate_problem(document: Any) -> str:
     return ""
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How an error names the kind of a JSON value (`an object`, `a list`, `null`, ...)."""
     names = {
         dict: "an object",
         list: "a list",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,15 +12,6 @@ from kedi.errors import KediError, ModelNotFoundError
 from tests.adapters.openai_server import OpenAIServer, Reply, completion, tool_call
 
 pytest.importorskip("pydantic_ai", reason='needs Pydantic AI: pip install "kedi[pydantic-ai]"')
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with OpenAIServer() as running:
-        monkeypatch.setenv("KEDI_BASE_URL", running.base_url)
-        yield running
 
 
 def population(city: str) -> int:
@@ -42,20 +32,20 @@ def run(source: str, **options: Any) -> Any:
 
 
 def test_pydantic_with_a_base_url_uses_chat_completions_and_json_object_mode(
-    server: OpenAIServer,
+    endpoint_server: OpenAIServer,
 ) -> None:
-    server.add(Reply(body=completion('{"n": 4}')))
+    endpoint_server.add(Reply(body=completion('{"n": 4}')))
     source = "> settings:\n    output_mode: json_object\n>> A number [n: int].\n= `n`"
 
     assert run(source, adapter="pydantic", model="openai:local") == 4
-    [received] = server.received
+    [received] = endpoint_server.received
     assert received.path == "/v1/chat/completions" and received.body["model"] == "local"
     schema = received.body["response_format"]["schema"]
     assert received.body["response_format"]["type"] == "json_object" and schema["required"] == ["n"]
 
 
-def test_pydantic_forces_a_named_tool_until_it_has_a_result(server: OpenAIServer) -> None:
-    server.add(
+def test_pydantic_forces_a_named_tool_until_it_has_a_result(endpoint_server: OpenAIServer) -> None:
+    endpoint_server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion('{"count": 2100000}')),
     )
@@ -64,7 +54,7 @@ def test_pydantic_forces_a_named_tool_until_it_has_a_result(server: OpenAIServer
         run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": population})
         == 2100000
     )
-    first, second = server.bodies
+    first, second = endpoint_server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == "auto"
     # The mode's response_format and the call's extra_body travel with the forced choice.
@@ -80,11 +70,11 @@ def test_pydantic_forces_a_named_tool_until_it_has_a_result(server: OpenAIServer
     ids=["unparsable JSON", "schema error"],
 )
 def test_pydantic_keeps_the_tool_forced_after_a_call_with_invalid_arguments(
-    server: OpenAIServer, arguments: str
+    endpoint_server: OpenAIServer, arguments: str
 ) -> None:
     # A call with bad arguments is no result: the retry must be forced too, since
     # on llama.cpp the forced choice is what constrains the arguments to the schema.
-    server.add(
+    endpoint_server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", arguments)])),
         Reply(body=completion(tool_calls=[tool_call("c2", "population", '{"city": "Paris"}')])),
         Reply(body=completion('{"count": 2100000}')),
@@ -100,7 +90,7 @@ def test_pydantic_keeps_the_tool_forced_after_a_call_with_invalid_arguments(
         run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": counted})
         == 2100000
     )
-    first, retry, answer = server.bodies
+    first, retry, answer = endpoint_server.bodies
     forced = {"type": "function", "function": {"name": "population"}}
     assert first["tool_choice"] == retry["tool_choice"] == forced
     assert answer["tool_choice"] == "auto"
@@ -109,10 +99,10 @@ def test_pydantic_keeps_the_tool_forced_after_a_call_with_invalid_arguments(
     assert feedback["tool_call_id"] == "c1"
 
 
-def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer) -> None:
+def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(endpoint_server: OpenAIServer) -> None:
     # The tool's own failure is a result the model sees; forcing it again would
     # repeat the failure up to request_limit.
-    server.add(
+    endpoint_server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion('{"count": 0}')),
     )
@@ -125,7 +115,7 @@ def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer)
         run(TOOL_PROGRAM, adapter="pydantic", model="openai:local", env={"population": failing})
         == 0
     )
-    first, second = server.bodies
+    first, second = endpoint_server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == "auto"
     [result] = [m for m in second["messages"] if m["role"] == "tool"]
@@ -133,11 +123,11 @@ def test_pydantic_stops_forcing_a_tool_that_ran_and_failed(server: OpenAIServer)
 
 
 def test_pydantic_404_names_the_endpoint_and_asks_about_v1(
-    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+    endpoint_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = server.base_url.removesuffix("/v1")
+    root = endpoint_server.base_url.removesuffix("/v1")
     monkeypatch.setenv("KEDI_BASE_URL", root)
-    server.add(Reply(404, {"detail": "Not Found"}))
+    endpoint_server.add(Reply(404, {"detail": "Not Found"}))
     with pytest.raises(KediError) as caught:
         run(">> Hi.", adapter="pydantic", model="openai:local")
 
@@ -147,12 +137,12 @@ def test_pydantic_404_names_the_endpoint_and_asks_about_v1(
 
 
 def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_content(
-    server: OpenAIServer,
+    endpoint_server: OpenAIServer,
 ) -> None:
     pytest.importorskip(
         "langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"'
     )
-    server.add(
+    endpoint_server.add(
         Reply(body=completion(tool_calls=[tool_call("c1", "population", '{"city": "Paris"}')])),
         Reply(body=completion(tool_calls=[tool_call("c2", "KediOutputs", '{"count": 7}')])),
     )
@@ -161,9 +151,9 @@ def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_
         run(TOOL_PROGRAM, adapter="langchain", model="openai:local", env={"population": population})
         == 7
     )
-    first, second = server.bodies
+    first, second = endpoint_server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}
     assert second["tool_choice"] == {"type": "function", "function": {"name": "KediOutputs"}}
     assistant = [m for m in second["messages"] if m["role"] == "assistant"]
     assert assistant and all(m["content"] == "" for m in assistant)  # never null beside tool calls
-    assert os.environ["KEDI_BASE_URL"] == server.base_url
+    assert os.environ["KEDI_BASE_URL"] == endpoint_server.base_url
