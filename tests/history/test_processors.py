@@ -279,17 +279,27 @@ async def test_sync_processor_runs_in_a_worker_thread() -> None:
 
 @pytest.mark.anyio
 async def test_cancelling_a_slow_sync_processor_is_prompt_and_discards_its_result() -> None:
+    entered = threading.Event()
     release = threading.Event()
     finished = threading.Event()
 
     def slow(ctx: HistoryProcessorContext) -> Any:
+        entered.set()
         release.wait(10)
         finished.set()
         return ctx.messages[-1:]  # invalid: would raise if its late result were used
 
+    async def cancel_once_running(scope: anyio.CancelScope) -> None:
+        # Cancel only once the processor runs: a worker thread that has not
+        # picked it up yet would drop it, and `finished` would never be set.
+        await anyio.to_thread.run_sync(entered.wait, 5)
+        scope.cancel()
+
     started = time.monotonic()
-    with anyio.move_on_after(0.1) as scope:
-        await run(slow)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_once_running, scope)
+            await run(slow)
     elapsed = time.monotonic() - started
     release.set()
     assert scope.cancelled_caught and elapsed < 5  # well before the processor would return (10 s)
