@@ -10,7 +10,7 @@
 - `ReplyText`: every model response with its lone surrogates replaced by
   U+FFFD before the run keeps it.
 
-Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+Imported only by the Pydantic AI adapter's modules, after its import guard.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 - **Streaming**: the `event_stream_handler`s that pass text to `on_delta`:
   a text call's reply, or the text of a structured call's `str` captures.
 
-Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+Imported only by the Pydantic AI adapter's modules, after its import guard.
 """
 
 from __future__ import annotations
