@@ -66,15 +66,18 @@ def assert_saveable(conversation: kedi.Conversation, path: Path, text: str) -> N
 
 
 @ADAPTERS
+@pytest.mark.parametrize(
+    "arguments",
+    # The reply's JSON escapes the half, so the arguments' text holds it; or the arguments'
+    # JSON text holds the escape `\ud800` (ASCII), which decodes to it when the tool runs.
+    ['{"city": "P' + LONE + 'ris"}', '{"city": "P\\ud800ris"}'],
+    ids=["raw", "escaped"],
+)
 def test_a_lone_surrogate_in_content_and_arguments_becomes_u_fffd(
-    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, arguments: str, tmp_path: Path
 ) -> None:
     endpoint_server.add(
-        Reply(
-            body=completion(
-                tool_calls=[tool_call("c1", "population", '{"city": "P' + LONE + 'ris"}')]
-            )
-        ),
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", arguments)])),
         Reply(body=completion(f"About 2{LONE} million.")),
         Reply(body=completion("Still about 2 million.")),
     )
@@ -168,32 +171,6 @@ def test_a_streamed_str_capture_never_passes_a_surrogate_half(
     program.run_sync(adapter=adapter, model=model, on_delta=streamed.append)
     assert_utf8(streamed)
     assert "".join(streamed) == f"Paris \U0001f600 2{REPLACED}1M {REPLACED}!"
-
-
-@ADAPTERS
-def test_a_lone_surrogate_escape_in_tool_arguments_reaches_the_tool_as_u_fffd(
-    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
-) -> None:
-    # The arguments' JSON text holds the escape `\ud800` (ASCII): decoded, it is a lone surrogate.
-    endpoint_server.add(
-        Reply(
-            body=completion(tool_calls=[tool_call("c1", "population", '{"city": "P\\ud800ris"}')])
-        ),
-        Reply(body=completion("About 2 million.")),
-        Reply(body=completion("Still about 2 million.")),
-    )
-    cities: list[str] = []
-
-    def population(city: str) -> int:
-        """The population of a city."""
-        cities.append(city)
-        return 2100000
-
-    conversation = kedi.Conversation()
-    assert run(adapter, conversation, population) == "About 2 million."
-    assert cities == [f"P{REPLACED}ris"]
-    assert_saveable(conversation, tmp_path / "conversation.json", "About 2 million.")
-    assert run(adapter, conversation, population) == "Still about 2 million."
 
 
 @ADAPTERS
