@@ -1,8 +1,8 @@
 """PEP 562 lazy exports: a package's public names import their modules on first use.
 
-`kedi` and `kedi.history` both keep `import` cheap this way; each maps its
-lazy names to `(module, attribute)` and takes its `__getattr__` and `__dir__`
-from `lazy_exports`. This module imports nothing from kedi.
+`kedi`, `kedi.history` and `kedi.agent_adapter` keep `import` cheap this way;
+each maps its lazy names to `(module, attribute)` and takes its `__getattr__`
+and `__dir__` from `lazy_exports`. This module imports nothing from kedi.
 """
 
 from __future__ import annotations

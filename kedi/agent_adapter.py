@@ -9,8 +9,9 @@ importing this module loads no model framework until an adapter is used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kedi._lazy import lazy_exports as _lazy_exports
 from kedi.history.processors import HistoryProcessorContext, MessageT
 
 if TYPE_CHECKING:
@@ -26,12 +27,11 @@ __all__ = [
     "PydanticAdapter",
 ]
 
-_ADAPTERS = frozenset({"LangChainAdapter", "OpenAIAdapter", "PydanticAdapter"})
+_LAZY = {
+    "LangChainAdapter": ("kedi.adapters.langchain", "LangChainAdapter"),
+    "OpenAIAdapter": ("kedi.adapters.openai", "OpenAIAdapter"),
+    "PydanticAdapter": ("kedi.adapters.pydantic_ai", "PydanticAdapter"),
+}
+"""Adapter class -> (module, attribute), imported on first access; the `TYPE_CHECKING` imports say the same."""
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _ADAPTERS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import kedi.adapters
-
-    return getattr(kedi.adapters, name)
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)

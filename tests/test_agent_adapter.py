@@ -78,11 +78,23 @@ def test_the_documented_names_import_and_the_context_is_generic() -> None:
 
 
 def test_importing_kedi_and_agent_adapter_loads_no_framework() -> None:
-    code = "import sys, kedi, kedi.agent_adapter, kedi.adapters; print(sorted(m for m in ('pydantic_ai', 'langchain_core') if m in sys.modules))"
+    # `dir()` lists the lazy adapter names without importing their modules.
+    code = "import sys, kedi, kedi.agent_adapter, kedi.adapters; dir(kedi.agent_adapter); print(sorted(m for m in ('pydantic_ai', 'langchain_core') if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_the_lazy_adapter_names_are_the_adapters_classes() -> None:
+    import kedi.adapters
+    import kedi.agent_adapter as agent_adapter
+
+    assert set(agent_adapter.__all__) <= set(dir(agent_adapter))
+    for name in ("LangChainAdapter", "OpenAIAdapter", "PydanticAdapter"):
+        assert getattr(agent_adapter, name) is getattr(kedi.adapters, name)
+    with pytest.raises(AttributeError, match="kedi.agent_adapter' has no attribute 'Nope'"):
+        agent_adapter.Nope  # noqa: B018 - the look-up is the test
 
 
 def test_keep_recent_cycles_on_pydantic_ai_sends_protected_groups_and_the_last_four_cycles() -> (

@@ -141,7 +141,7 @@ LAYERS = (
         ("kedi.adapters", "kedi.adapters.base", "kedi.adapters.resources"),
     ),
     # The documented adapter names: the adapters package and the processor context.
-    Layer("kedi.agent_adapter", ("kedi.adapters", "kedi.history")),
+    Layer("kedi.agent_adapter", ("kedi.adapters", "kedi.history", *_BOTTOM)),
     # `kedi batch` runs whole programs: it sits on the runtime and may build
     # concrete adapters (it hands the openai adapter its rate-limited transport).
     Layer(

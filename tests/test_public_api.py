@@ -222,7 +222,7 @@ def _type_checking_imports(path: Path) -> dict[str, tuple[str, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imports: dict[str, tuple[str, str]] = {}
     for node in tree.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING":
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
             for statement in node.body:
                 assert isinstance(statement, ast.ImportFrom) and statement.module
                 for alias in statement.names:
@@ -233,6 +233,13 @@ def _type_checking_imports(path: Path) -> dict[str, tuple[str, str]]:
 def test_the_lazy_names_are_the_names_type_checkers_see() -> None:
     """`kedi._LAZY` and the `TYPE_CHECKING` imports of kedi/__init__.py say the same."""
     assert _type_checking_imports(ROOT / "kedi" / "__init__.py") == kedi._LAZY
+
+
+def test_the_lazy_adapter_names_are_the_names_type_checkers_see() -> None:
+    """`kedi.agent_adapter._LAZY` and its `TYPE_CHECKING` imports say the same."""
+    import kedi.agent_adapter
+
+    assert _type_checking_imports(ROOT / "kedi" / "agent_adapter.py") == kedi.agent_adapter._LAZY
 
 
 def test_every_public_name_is_eager_or_lazy_but_not_both() -> None:

@@ -5,7 +5,7 @@ capture), validated whole at the end. While that object streams in,
 `CaptureText` decodes it incrementally and passes to `on_delta` only the
 string content of the top-level fields whose capture is `str`, decoding
 escapes (`\\n`, `\\"`, `\\uXXXX`, surrogate pairs) however the pieces split
-them. Everything else (keys, numbers, nested objects, fields of other
+them; a lone surrogate half (raw or escaped) is sent as U+FFFD. Everything else (keys, numbers, nested objects, fields of other
 types, prose or fences before the object) is skipped.
 
 Between two stretches of text that do not continue each other (the next
@@ -36,6 +36,8 @@ _SIMPLE_ESCAPES = {
 }
 _HIGH = range(0xD800, 0xDC00)
 _LOW = range(0xDC00, 0xE000)
+_REPLACEMENT = "\ufffd"
+"""What a lone surrogate half becomes, as in the reply's value (docs/history.md)."""
 
 
 def capture_text(
@@ -158,17 +160,17 @@ class CaptureText:
             self._high = None
             self._emit(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)), out)
             return
-        if high is not None:  # a lone high surrogate: JSON decoders keep it as is
+        if high is not None:  # a lone high surrogate
             self._high = None
-            self._emit(chr(high), out)
+            self._emit(_REPLACEMENT, out)
         if code in _HIGH:
             self._high = code
         else:
-            self._emit(chr(code), out)
+            self._emit(_REPLACEMENT if code in _LOW else chr(code), out)
 
     def _end_string(self, out: list[str]) -> None:
         if self._high is not None:
-            self._emit(chr(self._high), out)
+            self._emit(_REPLACEMENT, out)
             self._high = None
         if self._role == "key":
             self._key = "".join(self._buffer)

@@ -23,6 +23,7 @@ calls that succeeded, as Pydantic AI does.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
@@ -303,7 +304,8 @@ class ToolOutcome:
 async def run_handler(handler: ToolHandler, arguments: Mapping[str, Any]) -> ToolOutcome:
     """Run one tool call's handler; a failure goes back to the model, a `StopRun` is raised."""
     try:
-        result = await handler(arguments)
+        # An escape `\ud800` in the arguments' JSON decodes to a lone surrogate: the tool gets U+FFFD.
+        result = await handler(without_lone_surrogates(arguments))
     except StopRun:
         raise
     except ToolArgumentsError as error:
@@ -356,6 +358,55 @@ def without_lone_surrogates(value: _Value) -> _Value:
     """
     cleaned = _cleaned(value)
     return value if cleaned is None else cleaned
+
+
+_SURROGATE_ESCAPES = re.compile(
+    r"(?P<kept>\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+"""In JSON text: an escaped backslash or a surrogate pair's escapes (kept), or a lone surrogate's escape."""
+
+
+def without_lone_surrogate_escapes(json_text: str) -> str:
+    """JSON text with each lone surrogate's `\\uXXXX` escape written as `\\ufffd`.
+
+    For JSON a framework decodes after kedi has taken the reply (Pydantic AI's
+    parser refuses such escapes, Python's `json` decodes them to lone
+    surrogates). Escaped backslashes and surrogate pairs are left as they are.
+    """
+    if "\\u" not in json_text:
+        return json_text
+    return _SURROGATE_ESCAPES.sub(lambda match: match["kept"] or "\\ufffd", json_text)
+
+
+class WholeCharacters:
+    """Pieces of streamed text made whole: no piece passed on holds half a surrogate pair.
+
+    A stream may split a pair between two chunks, so a high half that ends a
+    piece waits for the next; a half that stays alone becomes U+FFFD, as in
+    the final reply (`without_lone_surrogates`). `end()` gives what a high
+    half still waiting at the end of the stream becomes.
+    """
+
+    __slots__ = ("_high",)
+
+    def __init__(self) -> None:
+        self._high = ""
+
+    def piece(self, text: str) -> str:
+        """`text` ready to pass on (empty while it is only a waiting half)."""
+        if self._high:
+            text, self._high = self._high + text, ""
+        elif text.isascii():
+            return text
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self._high = text[:-1], text[-1]
+        return without_lone_surrogates(text)
+
+    def end(self) -> str:
+        """The stream ended: U+FFFD for a high half still waiting, else nothing."""
+        held, self._high = self._high, ""
+        return "\ufffd" if held else ""
 
 
 def _cleaned(value: Any) -> Any:

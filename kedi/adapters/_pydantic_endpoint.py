@@ -7,16 +7,16 @@
   sends `null` assistant content as `""` (llama.cpp refuses `null`).
 - `ForceToolFirst`: a `tool_choice` setting that names a tool, forced until
   the run has a result of it.
-- `ReplyText`: every model response with its lone surrogates replaced by
-  U+FFFD before the run keeps it.
+- `ReplyText`: every model response with its lone surrogates (and their
+  escapes in tool-call arguments) replaced by U+FFFD before the run keeps it.
 
-Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+Imported only by the Pydantic AI adapter's modules, after its import guard.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -25,13 +25,14 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    ToolCallPart,
     ToolReturnPart,
 )
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.settings import ModelSettings
 
 from kedi.adapters._openai_wire import string_content_http_client
-from kedi.adapters._portable import without_lone_surrogates
+from kedi.adapters._portable import without_lone_surrogate_escapes, without_lone_surrogates
 from kedi.adapters.endpoint import api_key, configured_base_url
 
 
@@ -99,7 +100,9 @@ class ReplyText(AbstractCapability[Any]):
 
     A lone surrogate (a `"\\ud800"` escape in the reply's JSON) has no UTF-8
     form: the run's next request could not send it and the lane could not be
-    saved (docs/history.md).
+    saved (docs/history.md). In a tool call's arguments, still JSON text, the
+    escape is written `\\ufffd`: Pydantic AI's parser refuses the arguments
+    otherwise (and asks the model to try again).
     """
 
     async def after_model_request(
@@ -107,11 +110,19 @@ class ReplyText(AbstractCapability[Any]):
     ) -> ModelResponse:
         data = ModelMessagesTypeAdapter.dump_python([response])
         cleaned = without_lone_surrogates(data)
-        if cleaned is data:
+        if cleaned is not data:
+            [message] = ModelMessagesTypeAdapter.validate_python(cleaned)
+            assert isinstance(message, ModelResponse)
+            response = message
+        parts = [
+            replace(part, args=without_lone_surrogate_escapes(part.args))
+            if isinstance(part, ToolCallPart) and isinstance(part.args, str)
+            else part
+            for part in response.parts
+        ]
+        if parts == response.parts:
             return response
-        [message] = ModelMessagesTypeAdapter.validate_python(cleaned)
-        assert isinstance(message, ModelResponse)
-        return message
+        return replace(response, parts=parts)
 
 
 def model_at_base_url(name: str) -> tuple[Callable[[Any], Model], str] | None:

@@ -1,6 +1,6 @@
 """Pydantic AI messages as kedi reads them: portable JSON for transcripts and the group classifier.
 
-Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+Imported only by the Pydantic AI adapter's modules, after its import guard.
 """
 
 from __future__ import annotations

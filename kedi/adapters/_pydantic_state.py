@@ -12,7 +12,7 @@
 - **Streaming**: the `event_stream_handler`s that pass text to `on_delta`:
   a text call's reply, or the text of a structured call's `str` captures.
 
-Imported only by `kedi.adapters.pydantic_ai`, after its import guard.
+Imported only by the Pydantic AI adapter's modules, after its import guard.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.function import FunctionModel
 
 from kedi.adapters._capture_stream import CaptureText
+from kedi.adapters._portable import WholeCharacters
 
 __all__ = [
     "CALL_ID",
@@ -69,19 +70,25 @@ def can_stream(model: Model) -> bool:
 def text_deltas(
     on_delta: Callable[[str], None] | None,
 ) -> Callable[[RunContext[Any], AsyncIterable[AgentStreamEvent]], Awaitable[None]]:
-    """An `event_stream_handler` passing each piece of text Pydantic AI streams to `on_delta`."""
+    """An `event_stream_handler` passing each piece of text Pydantic AI streams to `on_delta`.
+
+    Pieces are made whole (`WholeCharacters`): never half a surrogate pair.
+    """
     assert on_delta is not None  # only built for a streaming call
 
     async def handle(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+        whole = WholeCharacters()
         async for event in events:
             if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-                text = event.part.content
+                text = whole.piece(event.part.content)
             elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
-                text = event.delta.content_delta
+                text = whole.piece(event.delta.content_delta)
             else:
                 continue
             if text:
                 on_delta(text)
+        if rest := whole.end():
+            on_delta(rest)
 
     return handle
 

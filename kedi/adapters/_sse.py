@@ -9,7 +9,8 @@ marker `data: [DONE]` as its last payload and stops there, as soon as it
 arrives, so the reader can tell a finished stream from a cut-off one.
 
 `StreamAccumulator` folds `chat.completion.chunk` objects into the same shapes
-a non-streamed reply has: content pieces are concatenated, tool calls are
+a non-streamed reply has: content pieces are concatenated (and each chunk's
+new text is given out whole, never half a surrogate pair), tool calls are
 built up by their `index` (the id and name arrive once, the `arguments` string
 in pieces), `finish_reason` comes from whichever chunk sets it, and `usage`
 from the final chunk (the one with no choices, sent when the request asked for
@@ -22,6 +23,8 @@ import codecs
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kedi.adapters._portable import WholeCharacters
 
 DONE = "[DONE]"
 """The payload that ends an OpenAI stream."""
@@ -113,9 +116,14 @@ class StreamAccumulator:
     usage: dict[str, Any] | None = None
     choices: int = 0
     """How many chunks carried the (first) choice."""
+    _text: WholeCharacters = field(default_factory=WholeCharacters)
 
     def feed(self, chunk: dict[str, Any]) -> str:
-        """Fold one decoded `chat.completion.chunk` into the message; return its new text."""
+        """Fold one decoded `chat.completion.chunk` into the message; return its new text.
+
+        The text is made whole (`WholeCharacters`): a pair split between two
+        chunks comes out with the second, a lone half as U+FFFD.
+        """
         text = ""
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
@@ -133,13 +141,15 @@ class StreamAccumulator:
                 continue
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
-                text += delta["content"]
+                text += self._text.piece(delta["content"])
             if isinstance(delta.get("refusal"), str):
                 self.refusal.append(delta["refusal"])
             pieces = delta.get("tool_calls")
             for piece in pieces if isinstance(pieces, list) else ():
                 if isinstance(piece, dict):
                     self._feed_tool_call(piece)
+        if self.finish_reason is not None:  # the reply is complete: a waiting half stays alone
+            text += self._text.end()
         return text
 
     def _feed_tool_call(self, piece: dict[str, Any]) -> None:

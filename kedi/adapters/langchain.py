@@ -54,6 +54,7 @@ from pydantic import ValidationError
 from kedi.adapters._capture_stream import CaptureText, capture_text
 from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
 from kedi.adapters._portable import (
+    WholeCharacters,
     correction_text,
     run_handler,
     validation_problems,
@@ -401,15 +402,19 @@ def _configured(chat_model: BaseChatModel, settings: Any) -> BaseChatModel:
 async def _streamed(
     runnable: Runnable[Any, Any], sent: Sequence[BaseMessage], on_delta: Callable[[str], None]
 ) -> AIMessage:
-    """`runnable.astream(sent)`: each chunk's text goes to `on_delta`; the chunks add up to the reply."""
+    """`runnable.astream(sent)`: each chunk's text goes to `on_delta`, made whole
+    (`WholeCharacters`: never half a surrogate pair); the chunks add up to the reply."""
     total: AIMessageChunk | None = None
+    whole = WholeCharacters()
     async for chunk in runnable.astream(sent):
         if not isinstance(chunk, AIMessageChunk):
             raise TypeError(f"the chat model streamed {type(chunk).__name__}, not AIMessageChunk")
-        text = chunk.text
+        text = whole.piece(str(chunk.text))
         if text:
-            on_delta(str(text))
+            on_delta(text)
         total = chunk if total is None else total + chunk
+    if rest := whole.end():
+        on_delta(rest)
     if total is None:
         raise ValueError("the chat model streamed no reply")
     message = message_chunk_to_message(total)

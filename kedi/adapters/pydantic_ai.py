@@ -53,23 +53,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import to_json
 
 from kedi.adapters._capture_stream import capture_text
-from kedi.adapters._openai_wire import count, provider_error
+from kedi.adapters._openai_wire import count
 from kedi.adapters._portable import run_handler
 from kedi.adapters.base import (
     Adapter,
     AdapterProfile,
     CallRequest,
     CallResult,
-    Exchange,
     OutputSpec,
     ToolHandler,
     ToolSpec,
@@ -78,40 +76,15 @@ from kedi.adapters.base import (
 )
 from kedi.adapters.resources import current_resources
 from kedi.errors import (
-    AdapterError,
-    AuthenticationError,
     CapabilityError,
-    ContextLengthError,
     ExtraNotInstalledError,
     HistoryError,
     KediConfigError,
     KediUsageError,
-    ModelNotFoundError,
     OutputValidationError,
-    ProviderError,
-    RateLimitError,
-    StopRun,
 )
-from kedi.history import (
-    INTERRUPTED_RESULT,
-    PartialResult,
-    new_id,
-    resolve_conversation_id,
-    resolve_run_id,
-)
-from kedi.history.archive import (
-    HistoryArchive,
-    archive_exchanges,
-    archive_policy,
-    expand_checkpoints,
-)
-from kedi.history.partial import PartialStage
-from kedi.history.processors import (
-    ProcessorOutcome,
-    chain_processors,
-    reject_process_history,
-    run_history_processor,
-)
+from kedi.history.archive import HistoryArchive, archive_policy
+from kedi.history.processors import chain_processors, reject_process_history
 from kedi.settings import PYDANTIC_AI_SETTINGS
 
 try:
@@ -125,19 +98,9 @@ try:
         capture_run_messages,
     )
     from pydantic_ai import exceptions as pai
-    from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
-    from pydantic_ai.messages import (
-        BaseToolReturnPart,
-        ModelMessage,
-        ModelMessagesTypeAdapter,
-        ModelRequest,
-        ModelResponse,
-        SystemPromptPart,
-        ToolCallPart,
-        ToolReturnPart,
-        UserPromptPart,
-    )
-    from pydantic_ai.models import Model, ModelRequestContext, infer_model
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.models import Model, infer_model
     from pydantic_ai.output import NativeOutput, PromptedOutput, ToolOutput
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.usage import UsageLimits
@@ -145,26 +108,22 @@ except ImportError as error:  # pragma: no cover - exercised by a test that hide
     raise ExtraNotInstalledError("pydantic-ai-slim", "pydantic-ai") from error
 
 # Imports Pydantic AI itself: only once the guard above has passed.
+from kedi.adapters._pydantic_call import CallState  # noqa: E402
 from kedi.adapters._pydantic_endpoint import (  # noqa: E402
     ForceToolFirst,
-    ReplyText,
     RunChatModel,
     model_at_base_url,
 )
-from kedi.adapters._pydantic_messages import CLASSIFIER, _PydanticClassifier, portable_json  # noqa: E402
+from kedi.adapters._pydantic_errors import at_origin, mapped_errors  # noqa: E402
+from kedi.adapters._pydantic_messages import CLASSIFIER  # noqa: E402
 from kedi.adapters._pydantic_state import (  # noqa: E402
-    CALL_ID,
-    RUN_ID,
-    FreshAfterEdit,
     as_sent,
     as_stored,
     can_stream,
     capture_deltas,
-    checkpoint_of,
     continues_responses,
     text_deltas,
 )
-from kedi.adapters._pydantic_state import CHECKPOINT as CHECKPOINT_KEY  # noqa: E402
 
 __all__ = ["CLASSIFIER", "OutputMode", "PydanticAdapter"]
 
@@ -325,7 +284,7 @@ class PydanticAdapter(Adapter):
             _mode_settings(request, mode),
             frozenset(tool.name for tool in request.tools),
         )
-        call = _Call(
+        call = CallState(
             self, request, chain_processors(self.history_processor, request.history_processor)
         )
         call.forced, call.mode = options.forced, mode
@@ -342,7 +301,7 @@ class PydanticAdapter(Adapter):
                 handler = capture_deltas(capture, OUTPUT_TOOL if mode == "tool" else None)
             elif request.output is None:
                 handler = text_deltas(on_delta)
-        with capture_run_messages() as captured, _mapped_errors(call, captured):
+        with capture_run_messages() as captured, mapped_errors(call, captured):
             result = await self._agent(request.tools, request.output, mode).run(
                 request.prompt,
                 model=model,
@@ -505,7 +464,7 @@ def _tool(spec: ToolSpec) -> Tool[Mapping[str, ToolHandler]]:
     name = spec.name
 
     async def run(ctx: RunContext[Mapping[str, ToolHandler]], **arguments: Any) -> str:
-        # A StopRun ends the run (see `_Call.stopped`); the outcome is every adapter's.
+        # A StopRun ends the run (see `CallState.stopped`); the outcome is every adapter's.
         outcome = await run_handler(ctx.deps[name], arguments)
         if not outcome.ran:  # bad arguments, no result: a retry (Pydantic AI's outcome for them)
             raise ModelRetry(outcome.content)
@@ -589,403 +548,5 @@ def _value(request: CallRequest, output: Any) -> Any:
         return request.output.validate_python(output.model_dump(mode="json", by_alias=True))
     except ValidationError as error:
         raise OutputValidationError(
-            f"the structured output of the call{_at(request)} did not validate: {error}"
+            f"the structured output of the call{at_origin(request)} did not validate: {error}"
         ) from error
-
-
-def _at(request: CallRequest) -> str:
-    return f" at {request.origin}" if request.origin else ""
-
-
-def _without_instructions(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """Clear the `instructions` Pydantic AI records on each request: instructions are never stored."""
-    return [
-        replace(message, instructions=None)
-        if isinstance(message, ModelRequest) and message.instructions is not None
-        else message
-        for message in messages
-    ]
-
-
-def _without_system_parts(history: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """Drop system prompt parts from supplied history (the call's instructions replace them)."""
-    kept: list[ModelMessage] = []
-    for message in history:
-        if isinstance(message, ModelRequest) and any(
-            isinstance(p, SystemPromptPart) for p in message.parts
-        ):
-            parts = [part for part in message.parts if not isinstance(part, SystemPromptPart)]
-            if not parts:
-                continue
-            message = replace(message, parts=parts)
-        kept.append(message)
-    return kept
-
-
-# --------------------------------------------------------------------------- one call
-
-
-@dataclass
-class _Call:
-    """The state of one call: identity, the history in force, processor bookkeeping."""
-
-    adapter: PydanticAdapter
-    request: CallRequest
-    processor: Callable[..., Any] | None
-    run_id: str = ""
-    """The kedi run's id, stamped on the messages the call adds."""
-    call_id: str = ""
-    """The call's own id: Pydantic AI's `run_id` while the call runs, which tells its messages apart."""
-    conversation_id: str = ""
-    history: list[ModelMessage] = field(default_factory=list)
-    """The prior history the run is working from (after any accepted processor edit)."""
-    requests: int = 0
-    """Model requests started so far (the processor's `request_index`)."""
-    rewrites: int = 0
-    stale: bool = False
-    """An accepted edit since the last response: the next request may not continue server-side state."""
-    archives: dict[str, list[ModelMessage]] = field(default_factory=dict)
-    """Archive id -> the exact messages a checkpoint of this call stands for."""
-    recorded: int = 0
-    """Model requests reported to the transcript so far (the next one's `attempt` - 1)."""
-    mode: str = ""
-    """The call's output mode (`tool`, `native`, `prompted`, `json_object`), for transcripts."""
-    forced: ForceToolFirst | None = None
-    """The tool a `tool_choice` setting forces until it has returned a result, if any."""
-
-    def __post_init__(self) -> None:
-        self.run_id = resolve_run_id(self.request.run_id)
-        self.call_id = self.request.call_id or new_id()
-        self.conversation_id = resolve_conversation_id(
-            self.request.conversation_id, self.request.history
-        )
-        self.history = list(self.request.history)
-
-    async def first_history(self) -> list[ModelMessage]:
-        """The run's `message_history`: the lane snapshot, processed for request 1 (C2).
-
-        The processor sees the history as stored; system parts are dropped
-        from what is sent afterwards.
-        """
-        history = self._archived(self.history, own=False)
-        if self.processor is not None:
-            current = ModelRequest(parts=[UserPromptPart(self.request.prompt)])
-            outcome = await self._process([*history, current], request_index=1)
-            if outcome.rewritten:
-                history = list(outcome.messages[:-1])
-                self.history = self.expanded(history)
-                self.stale = True
-        return _without_system_parts(history)
-
-    def _archived(self, messages: list[ModelMessage], *, own: bool) -> list[ModelMessage]:
-        """`messages` with long tool loops archived into checkpoints (`history_archive=`).
-
-        The archives are remembered, so `expanded` can put the exact messages
-        back before anything is committed; a checkpoint of the call's own
-        messages carries the call's id, so it counts as one of them.
-        """
-        policy = self.adapter.history_archive
-        if policy is None:
-            return messages
-
-        def checkpoint(archive_id: str, text: str) -> ModelRequest:
-            return ModelRequest(
-                parts=[UserPromptPart(text)],
-                metadata={CHECKPOINT_KEY: archive_id},
-                run_id=self.call_id if own else None,
-            )
-
-        archived, archives = archive_exchanges(
-            messages,
-            CLASSIFIER,
-            policy,
-            dump=self.adapter.dump_messages,
-            make_checkpoint=checkpoint,
-        )
-        self.archives.update(archives)
-        return archived
-
-    def expanded(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        """`messages` with every checkpoint of this call replaced by the messages it archived."""
-        if not self.archives:
-            return list(messages)
-        return expand_checkpoints(messages, self.archives, checkpoint_of)
-
-    async def follow_up(self, messages: list[ModelMessage]) -> list[ModelMessage]:
-        """`ProcessHistory` hook: process the history before each request after the first."""
-        self.requests += 1
-        if self.requests == 1:  # kedi processed the first request before the run started
-            return messages
-        if self.adapter.history_archive is not None:
-            mine = len(messages) - sum(1 for message in messages if message.run_id == self.call_id)
-            messages = [
-                *self._archived(list(messages[:mine]), own=False),
-                *self._archived(list(messages[mine:]), own=True),
-            ]
-        if self.processor is None:
-            return messages
-        outcome = await self._process(messages, request_index=self.requests)
-        if not outcome.rewritten:
-            return messages
-        self.stale = True
-        own = sum(1 for message in messages if message.run_id == self.call_id)
-        # The call's own messages are protected, so they come back whole and last.
-        self.history = self.expanded(outcome.messages[: len(outcome.messages) - own])
-        return list(outcome.messages)
-
-    async def _process(
-        self, messages: list[ModelMessage], *, request_index: int
-    ) -> ProcessorOutcome:
-        outcome = await run_history_processor(
-            self.processor,
-            messages,
-            _PydanticClassifier(self.call_id),
-            adapter_shortname=self.adapter.shortname,
-            model_id=self.adapter.model_name,
-            request_index=request_index,
-            cache_epoch=self.request.cache_epoch + self.rewrites,
-            metadata=[{"run_id": m.run_id, "conversation_id": m.conversation_id} for m in messages],
-            owner=self.adapter,
-        )
-        self.rewrites += outcome.rewritten
-        return outcome
-
-    def stamped(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        """The call's messages as a lane keeps them: no instructions, stamped with the run's id.
-
-        The call's id goes to `metadata` (`kedi_call_id`, with `kedi_run_id`):
-        Pydantic AI's continuation digests cover the stamps a message had when
-        it was sent, so `_as_sent` puts the call's id back for such models.
-        """
-        ids = {CALL_ID: self.call_id, RUN_ID: self.run_id}
-        return [
-            replace(message, run_id=self.run_id, metadata={**(message.metadata or {}), **ids})
-            if message.run_id == self.call_id
-            else message
-            for message in _without_instructions(messages)
-        ]
-
-    def capabilities(self) -> list[AbstractCapability[Any]]:
-        """The per-run capabilities: reply text that a lane can hold, the processor hook and the transcript, when wanted."""
-        extra: list[AbstractCapability[Any]] = [ReplyText()]
-        if self.processor is not None or self.adapter.history_archive is not None:
-            extra.append(ProcessHistory(self.follow_up))
-        if self.request.on_exchange is not None:
-            extra.append(_Transcript(self))
-        if continues_responses(self.adapter._model):
-            extra.append(FreshAfterEdit(self))
-        if self.forced is not None:
-            extra.append(self.forced)
-        return extra
-
-    def record(self, context: ModelRequestContext, response: ModelResponse) -> None:
-        """Report one model request to the transcript sink."""
-        sink = self.request.on_exchange
-        assert sink is not None  # only installed with a sink
-        self.recorded += 1
-        parts = context.model_request_parameters.instruction_parts or []
-        instructions = "\n\n".join(part.content for part in parts if part.content)
-        sent = [{"role": "system", "content": instructions}] if instructions else []
-        for message in context.messages:
-            sent.extend(portable_json(message))
-        output = self.request.output
-        sink(
-            Exchange(
-                messages=tuple(sent),
-                response=portable_json(response)[0],
-                output_schema=None if output is None else output.json_schema,
-                tools=tuple(tool.name for tool in self.request.tools),
-                mode=None if output is None else self.mode,
-                attempt=self.recorded,
-            )
-        )
-
-    def stopped(self, captured: Sequence[ModelMessage]) -> PartialResult | None:
-        """The partial of a run a tool stopped: its last batch closed, resumable with no repair.
-
-        Results the batch recorded before the stop stay (Pydantic AI leaves
-        them in an interrupted request); every other call of the batch gets
-        the interrupted result.
-        """
-        own = [message for message in captured if message.run_id == self.call_id]
-        last = max((i for i, m in enumerate(own) if isinstance(m, ModelResponse)), default=None)
-        if last is None:
-            return None
-        response = own[last]
-        recorded = {
-            part.tool_call_id: part
-            for message in own[last + 1 :]
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        }
-        closing = ModelRequest(
-            parts=[
-                recorded.get(part.tool_call_id)
-                or ToolReturnPart(
-                    part.tool_name, INTERRUPTED_RESULT, tool_call_id=part.tool_call_id
-                )
-                for part in response.parts
-                if isinstance(part, ToolCallPart)
-            ],
-            run_id=self.call_id,
-            conversation_id=self.conversation_id,
-        )
-        return self.partial("canceled", [*own[: last + 1], closing])
-
-    def partial(
-        self, stage: PartialStage, captured: Sequence[ModelMessage]
-    ) -> PartialResult | None:
-        """Evidence of a failed run: history through its last completed model turn."""
-        own = [message for message in captured if message.run_id == self.call_id]
-        ends = [
-            i
-            for i, message in enumerate(own)
-            if isinstance(message, ModelResponse) or _tool_returns(message)
-        ]
-        if not ends:
-            return None
-        done = own[: ends[-1] + 1]
-        responses = [message for message in done if isinstance(message, ModelResponse)]
-        tools = {tool.name for tool in self.request.tools}
-        succeeded = sum(
-            1
-            for message in done
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-            and part.outcome == "success"
-            and part.tool_name in tools
-            and part.content != INTERRUPTED_RESULT
-        )
-        usage = Usage(
-            input_tokens=sum(r.usage.input_tokens for r in responses),
-            output_tokens=sum(r.usage.output_tokens for r in responses),
-            requests=len(responses),
-            tool_calls=succeeded,
-        )
-        return PartialResult(
-            stage=stage,
-            messages=[*map(as_stored, self.history), *self.stamped(self.expanded(done))],  # type: ignore[list-item]  # native messages; PartialResult holds Any
-            usage=usage,
-            requests=usage.requests,
-            tool_calls=usage.tool_calls,
-            run_id=self.run_id,
-            conversation_id=self.conversation_id,
-        )
-
-
-def _tool_returns(message: ModelMessage) -> bool:
-    return isinstance(message, ModelRequest) and any(
-        isinstance(p, BaseToolReturnPart) for p in message.parts
-    )
-
-
-@dataclass
-class _Transcript(AbstractCapability[Any]):
-    """Reports every model request of a run to the call's transcript sink."""
-
-    call: _Call
-
-    async def after_model_request(
-        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
-    ) -> ModelResponse:
-        self.call.record(request_context, response)
-        return response
-
-
-# --------------------------------------------------------------------------- errors
-
-
-_INVALID_RESPONSE = "Invalid response from"
-"""How Pydantic AI's models begin the error of a reply that does not parse (no choices, a null message)."""
-
-
-@contextmanager
-def _mapped_errors(call: _Call, captured: Sequence[ModelMessage]) -> Iterator[None]:
-    """Map Pydantic AI's errors to kedi's, with the partial evidence of the run.
-
-    Cancellation is not an error here: it propagates untouched and the call
-    commits nothing.
-    """
-    request = call.request
-    endpoint = f" at {call.adapter.endpoint}" if call.adapter.endpoint else ""
-    where = f"model {call.adapter.model_name!r}{endpoint}{_at(request)}"
-    try:
-        yield
-    except StopRun as stop:
-        raise StopRun(
-            stop.reason,
-            message=f"a tool stopped the run of {where}: {stop.reason or 'no reason given'}",
-            partial=call.stopped(captured),
-        ) from stop
-    except pai.UnexpectedModelBehavior as error:
-        if str(error).startswith(_INVALID_RESPONSE):  # the server's reply, not the model's output
-            raise ProviderError(
-                f"{where} failed: the reply was cut off or malformed: {error}",
-                retryable=True,
-                partial=call.partial("model", captured),
-            ) from error
-        raise OutputValidationError(
-            f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
-        ) from error
-    except pai.UsageLimitExceeded as error:
-        raise AdapterError(
-            f"{where} hit a usage limit: {error}; raise the request_limit setting if the call needs more requests",
-            partial=call.partial("usage", captured),
-        ) from error
-    except pai.ModelAPIError as error:
-        mapped = _provider_error(error, where, call.partial("model", captured))
-        if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):
-            mapped = ModelNotFoundError(
-                f"{mapped.message}; is `/v1` missing from the base URL?",
-                status=mapped.status,
-                partial=mapped.partial,
-            )
-        raise mapped from error
-    except RecursionError as error:  # a reply nested too deeply for the JSON parser
-        raise ProviderError(
-            f"{where} failed: the reply is not JSON kedi can read ({error})",
-            partial=call.partial("model", captured),
-        ) from error
-    except pai.UserError as error:
-        raise AdapterError(f"Pydantic AI rejected the call{_at(request)}: {error}") from error
-    except pai.AgentRunError as error:
-        raise AdapterError(
-            f"{where} failed: {error}", partial=call.partial("model", captured)
-        ) from error
-
-
-def _misses_v1(endpoint: str | None) -> bool:
-    return endpoint is not None and not endpoint.endswith("/v1/chat/completions")
-
-
-def _provider_error(
-    error: pai.ModelAPIError, where: str, partial: PartialResult | None
-) -> ProviderError:
-    """The kedi error of a provider failure: by Pydantic AI's category, else by HTTP status."""
-    detail = str(getattr(error, "body", None) or error.message)
-    status = error.status_code if isinstance(error, pai.ModelHTTPError) else None
-    # Pydantic AI's models raise categorized errors; a bare `ModelHTTPError`
-    # (a custom model, a test) is mapped by its status the same way.
-    categories: tuple[
-        tuple[type[pai.ModelAPIError], frozenset[int], type[ProviderError], bool], ...
-    ] = (
-        (pai.ModelAuthenticationError, frozenset({401, 403}), AuthenticationError, False),
-        (pai.ModelNotFoundError, frozenset({404}), ModelNotFoundError, False),
-        (pai.ModelContextWindowExceededError, frozenset(), ContextLengthError, False),
-        (pai.ModelRateLimitError, frozenset({429}), RateLimitError, True),
-    )
-    for category, statuses, kedi_error, retryable in categories:
-        if isinstance(error, category) or status in statuses:
-            return kedi_error(
-                f"{where} failed: {detail}", status=status, retryable=retryable, partial=partial
-            )
-    if status is not None:
-        mapped = provider_error(status, error.provider_error_code or "", detail, where)
-        mapped.partial = partial
-        return mapped
-    retryable = isinstance(
-        error, pai.ModelServerError | pai.ModelUnavailableError | pai.ModelConnectionError
-    )
-    return ProviderError(f"{where} failed: {error.message}", retryable=retryable, partial=partial)

@@ -105,6 +105,49 @@ class _KediReturn(BaseException):
         self.value = value
 
 
+class _Running:
+    """One run of statements: a top-level `return` ends it, an exception becomes a `PythonFailure`.
+
+    `helpers` are set in the namespace for the run only, with dict's own
+    methods (the interpreter's namespace may track item writes). After the
+    run, `returned` and `value` say whether a `return` ended it and with what.
+    (A class, not `contextlib.contextmanager`: this runs for every statement,
+    and a generator made a short one up to twice as slow.)
+    """
+
+    __slots__ = ("_code", "_failure", "_helpers", "_namespace", "returned", "value")
+
+    def __init__(
+        self,
+        failure: Callable[[Exception, PythonCode], PythonFailure],
+        code: PythonCode,
+        namespace: dict[str, Any],
+        helpers: dict[str, Any],
+    ) -> None:
+        self._failure, self._code = failure, code
+        self._namespace, self._helpers = namespace, helpers
+        self.returned, self.value = False, None
+
+    def __enter__(self) -> _Running:
+        for name, helper in self._helpers.items():
+            dict.__setitem__(self._namespace, name, helper)
+        interrupts.python.running += 1
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> bool:
+        try:
+            if isinstance(exc, _KediReturn):
+                self.returned, self.value = True, exc.value
+                return True
+            if isinstance(exc, Exception):
+                raise self._failure(exc, self._code) from exc
+            return False
+        finally:
+            interrupts.python.running -= 1
+            for name in self._helpers:
+                dict.pop(self._namespace, name, None)
+
+
 ProcedureCall = Callable[..., Awaitable[Any]]
 """Awaits a call of a procedure from embedded Python: `call(procedure, *args, **kwargs)`."""
 
@@ -233,22 +276,10 @@ class PythonBridge:
         """
         block = self._block(code)
         before = _snapshot(namespace, block.stores)
-        if block.returns:
-            # dict's own methods: the interpreter's namespace may track item writes.
-            dict.__setitem__(namespace, RETURN_NAME, _KediReturn)
-        returned, value = False, None
-        interrupts.python.running += 1
-        try:
+        helpers = {RETURN_NAME: _KediReturn} if block.returns else {}
+        with _Running(self._failure, code, namespace, helpers) as ended:
             exec(block.code, namespace)
-        except _KediReturn as result:
-            returned, value = True, result.value
-        except Exception as exc:
-            raise self._failure(exc, code) from exc
-        finally:
-            interrupts.python.running -= 1
-            if block.returns:
-                dict.pop(namespace, RETURN_NAME, None)
-        return ExecResult(returned, value, _writes(namespace, before))
+        return ExecResult(ended.returned, ended.value, _writes(namespace, before))
 
     async def execute_awaiting(
         self,
@@ -265,21 +296,10 @@ class PythonBridge:
         block = self._block(code)
         compiled = self._awaiting_code(code, "exec", procedures)
         before = _snapshot(namespace, block.stores)
-        dict.__setitem__(namespace, RETURN_NAME, _KediReturn)
-        dict.__setitem__(namespace, CALL_NAME, _released(call))
-        returned, value = False, None
-        interrupts.python.running += 1
-        try:
+        helpers = {RETURN_NAME: _KediReturn, CALL_NAME: _released(call)}
+        with _Running(self._failure, code, namespace, helpers) as ended:
             await eval(compiled, namespace)
-        except _KediReturn as result:
-            returned, value = True, result.value
-        except Exception as exc:
-            raise self._failure(exc, code) from exc
-        finally:
-            interrupts.python.running -= 1
-            dict.pop(namespace, RETURN_NAME, None)
-            dict.pop(namespace, CALL_NAME, None)
-        return ExecResult(returned, value, _writes(namespace, before))
+        return ExecResult(ended.returned, ended.value, _writes(namespace, before))
 
     # ------------------------------------------------------------------- analysis
 

@@ -4,7 +4,7 @@
 diagnostics sorted by position; `check_or_raise` turns them into one
 `KediCheckError`. Each check is one small generator over a shared
 `_Context`, which holds the lexical scopes (what each scope binds and which
-names it reads) built once per module.
+names it reads; `kedi.syntax.name_scopes`) built once per module.
 
 The checks are conservative: value lookup is dynamic, so a name is reported
 only when nothing in the module, its enclosing scopes, the embedder's
@@ -32,10 +32,10 @@ import ast as python_ast
 import builtins
 import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from functools import cache
 from pathlib import PurePath
-from typing import Any, Literal, assert_never
+from typing import Any
 
 from kedi.errors import Diagnostic, KediCheckError, KediUsageError
 from kedi.source import SourceFile, Span
@@ -51,7 +51,8 @@ from kedi.syntax.directives import (
     Placement,
     Validator,
 )
-from kedi.syntax.python_snippets import literal_type, python_bindings
+from kedi.syntax.name_scopes import RefKind, Scope, ScopeBuilder
+from kedi.syntax.python_snippets import literal_type
 
 _ALWAYS_KNOWN = frozenset(dir(builtins)) | {"args"}
 _RESERVED = "args"
@@ -176,171 +177,6 @@ def check_source(
     return module
 
 
-# --------------------------------------------------------------------------- scopes
-
-BindingKind = Literal["value", "procedure", "type", "profile", "python", "import"]
-RefKind = Literal["value", "agent", "use", "use_list", "export", "type"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Binding:
-    kind: BindingKind
-    procedure: ast.Procedure | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Ref:
-    name: str
-    span: Span
-    kind: RefKind
-    call: ast.Call | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Scope:
-    parent: _Scope | None
-    bindings: dict[str, list[_Binding]] = field(default_factory=dict)
-    refs: list[_Ref] = field(default_factory=list)
-
-    def bind(self, name: str, kind: BindingKind, procedure: ast.Procedure | None = None) -> None:
-        self.bindings.setdefault(name, []).append(_Binding(kind, procedure))
-
-    def chain(self) -> Iterator[_Scope]:
-        scope: _Scope | None = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
-
-    def owner_of(self, name: str) -> _Scope | None:
-        """The innermost scope (this one or an enclosing one) that binds `name`."""
-        return next((scope for scope in self.chain() if name in scope.bindings), None)
-
-
-class _ScopeBuilder:
-    """Records, per lexical scope, what it binds and which names it reads."""
-
-    def __init__(self) -> None:
-        self.module = _Scope(None)
-        self.scopes = [self.module]
-        self.open = False
-        """True when some import's exports are unknown (`> import: m`, `from m import *`)."""
-
-    def statements(self, body: Iterable[ast.Statement], scope: _Scope) -> None:
-        for statement in body:
-            self.statement(statement, scope)
-
-    # One case per statement class; `assert_never` proves the match exhaustive.
-    def statement(self, statement: ast.Statement, scope: _Scope) -> None:  # noqa: C901
-        match statement:
-            case ast.Template(rows=rows) | ast.Optimize(template=ast.Template(rows=rows)):
-                self.rows(rows, scope, "value")
-            case ast.RawInvoke():
-                scope.bind(statement.target, "value")
-                self.rows(statement.rows, scope, "value")
-            case ast.Assign():
-                scope.bind(statement.target, "value")
-                self.value(statement.value, scope)
-            case ast.Return():
-                self.value(statement.value, scope)
-            case ast.PythonStatement(code=code) | ast.PythonBlock(code=code):
-                self.python(code, scope)
-            case ast.Procedure():
-                scope.bind(statement.name, "procedure", statement)
-                inner = self.new_scope(scope)
-                for param in statement.params:
-                    inner.bind(param.name, "value")
-                self.statements(statement.body, inner)
-            case ast.CustomType():
-                scope.bind(statement.name, "type")
-            case ast.Directive():
-                self.segments(statement.value or (), scope, "agent")
-                for entry in statement.config:
-                    self.segments(entry.value, scope, "agent")
-            case ast.SystemDirective():
-                self.rows(statement.rows, scope, "agent")
-            case ast.Use():
-                kind: RefKind = "use_list" if statement.block else "use"
-                scope.refs.extend(_Ref(n.name, n.span, kind) for n in statement.names)
-            case ast.ProfileDef():
-                self.module.bind(statement.name, "profile")
-                self.statements(statement.members, scope)
-            case ast.Import(names=None):
-                self.open = True
-            case ast.Import(names=names):
-                for name in names or ():
-                    scope.bind(name.name, "import")
-            case ast.Export():
-                scope.refs.extend(_Ref(n.name, n.span, "export") for n in statement.names)
-            case ast.EvalSuite():
-                for dataset in statement.datasets:
-                    self.value(dataset.value, scope)
-                if statement.metric is not None:
-                    metric_scope = self.new_scope(scope)
-                    metric_scope.bind("expected", "value")
-                    if statement.metric.dataset is not None:
-                        metric_scope.bind(statement.metric.dataset, "value")
-                    self.value(statement.metric.value, metric_scope)
-            case ast.Package() | ast.Auto() | ast.TestSuite():
-                pass  # no Kedi names: manifest fields, prose, Python assertions
-            case _:  # pragma: no cover - unreachable: every statement class is matched
-                assert_never(statement)
-
-    def new_scope(self, parent: _Scope) -> _Scope:
-        scope = _Scope(parent)
-        self.scopes.append(scope)
-        return scope
-
-    def rows(self, rows: Iterable[ast.Row], scope: _Scope, kind: RefKind) -> None:
-        for row in rows:
-            self.segments(row.segments, scope, kind)
-
-    def value(self, value: ast.Value, scope: _Scope) -> None:
-        if isinstance(value, ast.Rendered):
-            self.segments(value.segments, scope, "value")
-
-    def segments(self, segments: Iterable[ast.Segment], scope: _Scope, kind: RefKind) -> None:
-        for segment in segments:
-            match segment:
-                case ast.Subst():
-                    scope.refs.append(_Ref(segment.name, segment.span, kind))
-                case ast.Call():
-                    scope.refs.append(_Ref(segment.name, segment.span, kind, segment))
-                    for argument in segment.args:
-                        self.segments(argument.segments, scope, kind)
-                case ast.Capture():
-                    scope.bind(segment.name, "value")
-                    scope.refs.extend(_type_refs(segment.type))
-                case ast.Text() | ast.InlinePython() | ast.BareBacktick():
-                    pass  # backtick Python is too dynamic to check statically
-                case _:  # pragma: no cover - unreachable: every segment class is matched
-                    assert_never(segment)
-
-    def python(self, code: ast.PythonCode, scope: _Scope) -> None:
-        local_names, global_names, star = python_bindings(code.code)
-        self.open = self.open or star
-        for name in local_names:
-            scope.bind(name, "python")
-        for name in global_names:
-            self.module.bind(name, "python")
-
-
-def _type_refs(expr: ast.TypeExpr | None) -> Iterator[_Ref]:
-    """The names a capture's type reads (the first part of a dotted name); backtick types are not read."""
-    pending = [expr]
-    while pending:
-        match pending.pop():
-            case ast.TypeName(name=name, span=span):
-                yield _Ref(name.partition(".")[0], span, "type")
-            case ast.TypeSubscript(base=base, args=args):
-                pending += [base, *args]
-            case ast.TypeUnion(options=options):
-                pending += options
-            case None | ast.TypeLiteral() | ast.TypePython():
-                pass
-            case other:  # pragma: no cover - unreachable: every type class is matched
-                assert_never(other)
-
-
 BUILTIN_TYPE_NAMES = frozenset(
     {
         "str",
@@ -373,7 +209,7 @@ class _Context:
         self.fragment = fragment
         self.known = _ALWAYS_KNOWN | known_globals
         self.known_globals = known_globals
-        builder = _ScopeBuilder()
+        builder = ScopeBuilder()
         builder.statements(module.body, builder.module)
         self.scopes = builder.scopes
         self.module_scope = builder.module
@@ -386,7 +222,7 @@ class _Context:
         }
         """Top-level profiles by name; a later definition replaces an earlier one."""
 
-    def resolves(self, name: str, scope: _Scope, *, anywhere: bool = False) -> bool:
+    def resolves(self, name: str, scope: Scope, *, anywhere: bool = False) -> bool:
         """True when `name` may be bound when `scope` reads it."""
         if self.open or name in self.known:
             return True

@@ -66,15 +66,18 @@ def assert_saveable(conversation: kedi.Conversation, path: Path, text: str) -> N
 
 
 @ADAPTERS
+@pytest.mark.parametrize(
+    "arguments",
+    # The reply's JSON escapes the half, so the arguments' text holds it; or the arguments'
+    # JSON text holds the escape `\ud800` (ASCII), which decodes to it when the tool runs.
+    ['{"city": "P' + LONE + 'ris"}', '{"city": "P\\ud800ris"}'],
+    ids=["raw", "escaped"],
+)
 def test_a_lone_surrogate_in_content_and_arguments_becomes_u_fffd(
-    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, arguments: str, tmp_path: Path
 ) -> None:
     endpoint_server.add(
-        Reply(
-            body=completion(
-                tool_calls=[tool_call("c1", "population", '{"city": "P' + LONE + 'ris"}')]
-            )
-        ),
+        Reply(body=completion(tool_calls=[tool_call("c1", "population", arguments)])),
         Reply(body=completion(f"About 2{LONE} million.")),
         Reply(body=completion("Still about 2 million.")),
     )
@@ -94,12 +97,30 @@ def test_a_lone_surrogate_in_content_and_arguments_becomes_u_fffd(
     assert f"About 2{REPLACED} million." in str(endpoint_server.bodies[-1]["messages"])
 
 
+def assert_utf8(pieces: list[str]) -> None:
+    """Each piece `on_delta` received is text UTF-8 can hold: no surrogate half."""
+    assert pieces
+    for piece in pieces:
+        piece.encode("utf-8")  # raises UnicodeEncodeError on a surrogate half
+
+
 @ADAPTERS
+@pytest.mark.parametrize(
+    ("pieces", "text"),
+    [
+        # "\ud83d" and "\ude00" arrive in two chunks (each chunk's JSON alone holds half a pair).
+        (["Paris ", "\ud83d", "\ude00", f" 2{LONE}1M"], f"Paris \U0001f600 2{REPLACED}1M"),
+        # The pair's halves end one chunk and begin the next; a high half ends the reply.
+        (
+            ["Paris \ud83d", "\ude00 2", "\udc00M \ud83d"],
+            f"Paris \U0001f600 2{REPLACED}M {REPLACED}",
+        ),
+    ],
+    ids=["alone", "at-the-edges"],
+)
 def test_a_streamed_reply_joins_a_split_pair_and_replaces_a_lone_half(
-    endpoint_server: OpenAIServer, adapter: str, tmp_path: Path
+    endpoint_server: OpenAIServer, adapter: str, pieces: list[str], text: str, tmp_path: Path
 ) -> None:
-    # "\ud83d" and "\ude00" arrive in two chunks (each chunk's JSON alone holds half a pair).
-    pieces = ["Paris ", "\ud83d", "\ude00", f" 2{LONE}1M"]
     endpoint_server.add(
         Reply(
             events=sse(
@@ -113,9 +134,43 @@ def test_a_streamed_reply_joins_a_split_pair_and_replaces_a_lone_half(
 
     value = run(adapter, conversation, unused_tool, on_delta=streamed.append)
 
-    assert value == f"Paris \U0001f600 2{REPLACED}1M"
-    assert streamed  # the reply was streamed
+    assert value == text
+    # What streamed is the value, piece by piece, and never half a pair.
+    assert_utf8(streamed)
+    assert "".join(streamed) == value
     assert_saveable(conversation, tmp_path / "conversation.json", value)
+
+
+SUMMARY = "> history: enabled\n>> Summarise Paris: [summary: str]\n= <summary>"
+
+
+# Not langchain: with a JSON schema its openai SDK parses the content so far after every
+# chunk, and a surrogate half in it fails the stream before kedi sees the reply.
+@pytest.mark.parametrize("adapter", ["openai", "pydantic"])
+def test_a_streamed_str_capture_never_passes_a_surrogate_half(
+    endpoint_server: OpenAIServer, adapter: str
+) -> None:
+    # The capture's JSON holds a pair split across chunks and two lone halves (each
+    # chunk's JSON holding `\\udXXX` escapes, so its decoded content holds the halves).
+    pieces = ['{"summary": "Paris \ud83d', "\ude00 2", f"{LONE}1M \udc00", '!"}']
+    endpoint_server.add(
+        Reply(
+            events=sse(
+                *(chunk({"role": "assistant", "content": piece}) for piece in pieces),
+                chunk(finish_reason="stop"),
+            )
+        )
+    )
+    streamed: list[str] = []
+    if adapter == "pydantic":
+        pytest.importorskip(
+            "pydantic_ai", reason='needs pydantic_ai: pip install "kedi[pydantic-ai]"'
+        )
+    model = "local" if adapter == "openai" else "openai:local"
+    program = kedi.compile(SUMMARY)
+    program.run_sync(adapter=adapter, model=model, on_delta=streamed.append)
+    assert_utf8(streamed)
+    assert "".join(streamed) == f"Paris \U0001f600 2{REPLACED}1M {REPLACED}!"
 
 
 @ADAPTERS

@@ -1,0 +1,126 @@
+"""Pydantic AI's errors as kedi's, each with the partial evidence of the run.
+
+Imported only by the Pydantic AI adapter's modules, after its import guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pydantic_ai import exceptions as pai
+from pydantic_ai.messages import ModelMessage
+
+from kedi.adapters._openai_wire import provider_error
+from kedi.adapters._pydantic_call import CallState
+from kedi.adapters.base import CallRequest
+from kedi.errors import (
+    AdapterError,
+    AuthenticationError,
+    ContextLengthError,
+    ModelNotFoundError,
+    OutputValidationError,
+    ProviderError,
+    RateLimitError,
+    StopRun,
+)
+from kedi.history import PartialResult
+
+
+def at_origin(request: CallRequest) -> str:
+    """` at <file:line>` of the call's source, for error messages; empty without one."""
+    return f" at {request.origin}" if request.origin else ""
+
+
+_INVALID_RESPONSE = "Invalid response from"
+"""How Pydantic AI's models begin the error of a reply that does not parse (no choices, a null message)."""
+
+
+@contextmanager
+def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator[None]:
+    """Map Pydantic AI's errors to kedi's, with the partial evidence of the run.
+
+    Cancellation is not an error here: it propagates untouched and the call
+    commits nothing.
+    """
+    request = call.request
+    endpoint = f" at {call.adapter.endpoint}" if call.adapter.endpoint else ""
+    where = f"model {call.adapter.model_name!r}{endpoint}{at_origin(request)}"
+    try:
+        yield
+    except StopRun as stop:
+        raise StopRun(
+            stop.reason,
+            message=f"a tool stopped the run of {where}: {stop.reason or 'no reason given'}",
+            partial=call.stopped(captured),
+        ) from stop
+    except pai.UnexpectedModelBehavior as error:
+        if str(error).startswith(_INVALID_RESPONSE):  # the server's reply, not the model's output
+            raise ProviderError(
+                f"{where} failed: the reply was cut off or malformed: {error}",
+                retryable=True,
+                partial=call.partial("model", captured),
+            ) from error
+        raise OutputValidationError(
+            f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
+        ) from error
+    except pai.UsageLimitExceeded as error:
+        raise AdapterError(
+            f"{where} hit a usage limit: {error}; raise the request_limit setting if the call needs more requests",
+            partial=call.partial("usage", captured),
+        ) from error
+    except pai.ModelAPIError as error:
+        mapped = _provider_error(error, where, call.partial("model", captured))
+        if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):
+            mapped = ModelNotFoundError(
+                f"{mapped.message}; is `/v1` missing from the base URL?",
+                status=mapped.status,
+                partial=mapped.partial,
+            )
+        raise mapped from error
+    except RecursionError as error:  # a reply nested too deeply for the JSON parser
+        raise ProviderError(
+            f"{where} failed: the reply is not JSON kedi can read ({error})",
+            partial=call.partial("model", captured),
+        ) from error
+    except pai.UserError as error:
+        raise AdapterError(f"Pydantic AI rejected the call{at_origin(request)}: {error}") from error
+    except pai.AgentRunError as error:
+        raise AdapterError(
+            f"{where} failed: {error}", partial=call.partial("model", captured)
+        ) from error
+
+
+def _misses_v1(endpoint: str | None) -> bool:
+    return endpoint is not None and not endpoint.endswith("/v1/chat/completions")
+
+
+def _provider_error(
+    error: pai.ModelAPIError, where: str, partial: PartialResult | None
+) -> ProviderError:
+    """The kedi error of a provider failure: by Pydantic AI's category, else by HTTP status."""
+    detail = str(getattr(error, "body", None) or error.message)
+    status = error.status_code if isinstance(error, pai.ModelHTTPError) else None
+    # Pydantic AI's models raise categorized errors; a bare `ModelHTTPError`
+    # (a custom model, a test) is mapped by its status the same way.
+    categories: tuple[
+        tuple[type[pai.ModelAPIError], frozenset[int], type[ProviderError], bool], ...
+    ] = (
+        (pai.ModelAuthenticationError, frozenset({401, 403}), AuthenticationError, False),
+        (pai.ModelNotFoundError, frozenset({404}), ModelNotFoundError, False),
+        (pai.ModelContextWindowExceededError, frozenset(), ContextLengthError, False),
+        (pai.ModelRateLimitError, frozenset({429}), RateLimitError, True),
+    )
+    for category, statuses, kedi_error, retryable in categories:
+        if isinstance(error, category) or status in statuses:
+            return kedi_error(
+                f"{where} failed: {detail}", status=status, retryable=retryable, partial=partial
+            )
+    if status is not None:
+        mapped = provider_error(status, error.provider_error_code or "", detail, where)
+        mapped.partial = partial
+        return mapped
+    retryable = isinstance(
+        error, pai.ModelServerError | pai.ModelUnavailableError | pai.ModelConnectionError
+    )
+    return ProviderError(f"{where} failed: {error.message}", retryable=retryable, partial=partial)
