@@ -54,9 +54,11 @@ and jitter, or after the wait `retry-after-ms` / `Retry-After` ask for
 wait, such as NaN, negative or a past date, falls back to the backoff). Usage is the server's `usage` summed over the
 call's requests (the portable estimate for a request whose reply has none).
 
-Connections: the calls of one run share one `httpx.AsyncClient` (one
-connection pool, closed when the run ends; see `kedi.adapters.resources`);
-an adapter awaited outside a run opens a client per call.
+Connections: the calls of one run share one connection pool (closed when
+the run ends; see `kedi.adapters.resources`); an adapter awaited outside a
+run opens one per call. Requests go straight to httpx's transport unless a
+proxy or URL credentials need httpx's client (`kedi.adapters._openai_http`);
+redirects are not followed and no cookies are kept.
 """
 
 from __future__ import annotations
