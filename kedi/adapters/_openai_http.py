@@ -91,13 +91,22 @@ class ClientSender:
         await self._client.aclose()
 
 
+def shared_sender(url: httpx.URL, transport: httpx.AsyncBaseTransport | None) -> Sender | None:
+    """A sender every run may share, or None: straight to a caller's `transport` (which owns
+    the connections; the sender keeps nothing per run), unless `url` needs a client."""
+    if transport is None or url.userinfo:
+        return None
+    return DirectSender(transport, owned=False)
+
+
 def open_sender(url: httpx.URL, transport: httpx.AsyncBaseTransport | None) -> Sender:
-    """The sender for requests to `url`: over the caller's `transport` (never closed) if given."""
+    """A sender for one run's requests to `url`: over the caller's `transport` (never closed) if given."""
+    shared = shared_sender(url, transport)
+    if shared is not None:
+        return shared
     if url.userinfo:
         lent = None if transport is None else _Borrowed(transport)
         return ClientSender(httpx.AsyncClient(transport=lent, verify=ssl_context()))
-    if transport is not None:
-        return DirectSender(transport, owned=False)
     if proxy_in_environment():
         return ClientSender(httpx.AsyncClient(verify=ssl_context()))
     return DirectSender(httpx.AsyncHTTPTransport(verify=ssl_context()), owned=True)

@@ -76,7 +76,13 @@ from pydantic import ValidationError
 
 from kedi.adapters import capability_cache, endpoint
 from kedi.adapters._capture_stream import capture_text
-from kedi.adapters._openai_http import Sender, endpoint_url, open_sender, request_headers
+from kedi.adapters._openai_http import (
+    Sender,
+    endpoint_url,
+    open_sender,
+    request_headers,
+    shared_sender,
+)
 from kedi.adapters._openai_wire import (
     DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
@@ -206,6 +212,8 @@ class OpenAIAdapter(Adapter):
         self.max_reply_bytes = count("max_reply_bytes", max_reply_bytes, 1)
         self.history_processor = history_processor
         self._transport = transport
+        self._shared_sender = shared_sender(endpoint_url(self.base_url), transport)
+        """Set when every run can share one sender (a caller's transport): no per-run client."""
         self._headers = request_headers(self._api_key, {})
         """The headers of a call without `extra_headers` (made once: most calls have none)."""
 
@@ -222,6 +230,8 @@ class OpenAIAdapter(Adapter):
             max_reply_bytes=self.max_reply_bytes,
         )
         call = _Call(request, options, self._plan(request))
+        if self._shared_sender is not None:
+            return await self._converse(self._shared_sender, call)
         run = current_resources()
         if run is not None:
             return await self._converse(run.client(self, self._open_sender), call)
