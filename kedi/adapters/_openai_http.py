@@ -17,8 +17,8 @@ constant headers made once) and hands it to the transport. A client
 - the base URL holds credentials (`https://user:pass@host/v1`): the client
   sends them as Basic auth.
 
-What the direct path decides (docs/adapters.md, "Connections"): redirects are
-not followed (nor were they before: httpx's client follows none unless asked;
+Decided for both (docs/adapters.md, "Connections"): redirects are not
+followed (nor were they before: httpx's client follows none unless asked;
 the adapter reports a 3xx as an error naming it), and there is no cookie jar:
 a cookie a server sets is not sent back on later requests.
 """
@@ -82,6 +82,9 @@ class ClientSender:
     async def send(
         self, url: httpx.URL, content: bytes, headers: httpx.Headers, timeout: float
     ) -> httpx.Response:
+        # No cookie jar here either (see the module docstring): forget what replies set.
+        # Nothing is awaited between this and the build, so parallel calls never see one.
+        self._client.cookies.clear()
         request = self._client.build_request(
             "POST", url, content=content, headers=headers, timeout=timeout
         )
