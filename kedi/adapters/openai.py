@@ -455,10 +455,11 @@ class OpenAIAdapter(Adapter):
     def _check_length(self, response: httpx.Response, limit: int) -> None:
         """Refuse a body whose declared length is over the cap before reading any of it."""
         declared = response.headers.get("content-length", "")
+        # The encoding last: most replies are under the cap, so one header lookup each.
         if (
-            "content-encoding" not in response.headers
-            and declared.isdigit()
+            declared.isdigit()
             and int(declared) > limit
+            and "content-encoding" not in response.headers
         ):
             raise BodyTooLarge
 
