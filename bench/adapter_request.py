@@ -113,13 +113,17 @@ def main() -> None:
                 cpu = asyncio.run(SIDES[side](server.base_url, args.requests, args.parallel))
                 figures[side].append(cpu * 1000)
     load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"{args.requests} requests x {args.repeat}, --parallel {args.parallel}, "
-          f"{args.latency_ms} ms; load average {' '.join(load)}")
+    print(
+        f"{args.requests} requests x {args.repeat}, --parallel {args.parallel}, "
+        f"{args.latency_ms} ms; load average {' '.join(load)}"
+    )
     for side, runs in figures.items():
         listed = ", ".join(f"{ms:.3f}" for ms in runs)
         print(f"{side:5} CPU ms/request: median {statistics.median(runs):.3f} ({listed})")
     if len(sides) == 2:
-        print(f"kedi / bare: {statistics.median(figures['kedi']) / statistics.median(figures['bare']):.2f}x")
+        print(
+            f"kedi / bare: {statistics.median(figures['kedi']) / statistics.median(figures['bare']):.2f}x"
+        )
 
 
 if __name__ == "__main__":
