@@ -125,12 +125,13 @@ def call_options(
     choice = settings.get("tool_choice")
     if isinstance(choice, str) and choice not in _TOOL_CHOICES:
         choice = {"type": "function", "function": {"name": choice}}  # a tool's name
-    try:
-        json.dumps([params, dict(extra_body), choice], allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise KediConfigError(
-            f"the openai adapter's settings must be JSON values: {error}"
-        ) from None
+    if params or extra_body or choice is not None:  # most calls have none of them
+        try:
+            json.dumps([params, dict(extra_body), choice], allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise KediConfigError(
+                f"the openai adapter's settings must be JSON values: {error}"
+            ) from None
     parallel = settings.get("parallel_tool_calls")
     return CallOptions(
         params=params,

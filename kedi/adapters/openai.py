@@ -54,20 +54,20 @@ and jitter, or after the wait `retry-after-ms` / `Retry-After` ask for
 wait, such as NaN, negative or a past date, falls back to the backoff). Usage is the server's `usage` summed over the
 call's requests (the portable estimate for a request whose reply has none).
 
-Connections: the calls of one run share one `httpx.AsyncClient` (one
-connection pool, closed when the run ends; see `kedi.adapters.resources`);
-an adapter awaited outside a run opens a client per call.
+Connections: the calls of one run share one connection pool (closed when
+the run ends; see `kedi.adapters.resources`); an adapter awaited outside a
+run opens one per call. Requests go straight to httpx's transport unless a
+proxy or URL credentials need httpx's client (`kedi.adapters._openai_http`);
+redirects are not followed and no cookies are kept.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import ssl
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any, ClassVar, Literal
 
 import anyio
@@ -76,6 +76,13 @@ from pydantic import ValidationError
 
 from kedi.adapters import capability_cache, endpoint
 from kedi.adapters._capture_stream import capture_text
+from kedi.adapters._openai_http import (
+    Sender,
+    endpoint_url,
+    open_sender,
+    request_headers,
+    shared_sender,
+)
 from kedi.adapters._openai_wire import (
     DEFAULT_MAX_REPLY_BYTES,
     CallOptions,
@@ -205,6 +212,10 @@ class OpenAIAdapter(Adapter):
         self.max_reply_bytes = count("max_reply_bytes", max_reply_bytes, 1)
         self.history_processor = history_processor
         self._transport = transport
+        self._shared_sender = shared_sender(endpoint_url(self.base_url), transport)
+        """Set when every run can share one sender (a caller's transport): no per-run client."""
+        self._headers = request_headers(self._api_key, {})
+        """The headers of a call without `extra_headers` (made once: most calls have none)."""
 
     def __repr__(self) -> str:
         return redact_text(f"OpenAIAdapter(model={self.model_name!r}, base_url={self.base_url!r})")
@@ -219,16 +230,21 @@ class OpenAIAdapter(Adapter):
             max_reply_bytes=self.max_reply_bytes,
         )
         call = _Call(request, options, self._plan(request))
+        if self._shared_sender is not None:
+            return await self._converse(self._shared_sender, call)
         run = current_resources()
         if run is not None:
-            return await self._converse(run.client(self, self._open_client), call)
-        async with self._open_client() as client:
-            return await self._converse(client, call)
+            return await self._converse(run.client(self, self._open_sender), call)
+        sender = self._open_sender()
+        try:
+            return await self._converse(sender, call)
+        finally:
+            await sender.aclose()
 
-    async def _converse(self, client: httpx.AsyncClient, call: _Call) -> CallResult:
+    async def _converse(self, sender: Sender, call: _Call) -> CallResult:
         """Exchange requests and replies until the call has its result."""
         while True:
-            reply = await self._complete(client, call)
+            reply = await self._complete(sender, call)
             try:
                 value = await call.handle(reply)
             except OutputValidationError as error:
@@ -278,7 +294,7 @@ class OpenAIAdapter(Adapter):
 
     # ------------------------------------------------------------------ one model request
 
-    async def _complete(self, client: httpx.AsyncClient, call: _Call) -> Message:
+    async def _complete(self, sender: Sender, call: _Call) -> Message:
         """Send the turn so far; add the model's reply to the turn and return it."""
         turn = call.turn
         while True:
@@ -293,7 +309,7 @@ class OpenAIAdapter(Adapter):
             await turn.process(self)
             call.sending()
             try:
-                reply = await self._send(client, self._body(call), call)
+                reply = await self._send(sender, self._body(call), call)
             except _ShapeRejected as rejected:
                 if self._step_down(call):
                     continue
@@ -347,28 +363,29 @@ class OpenAIAdapter(Adapter):
 
     # ------------------------------------------------------------------ HTTP
 
-    def _open_client(self) -> httpx.AsyncClient:
-        # A run shares one client (see kedi.adapters.resources); each request sets its timeout.
-        if self._transport is not None:
-            return httpx.AsyncClient(transport=_Borrowed(self._transport))
-        return httpx.AsyncClient(verify=_ssl_context())
+    def _open_sender(self) -> Sender:
+        # A run shares one sender (see kedi.adapters.resources); each request sets its timeout.
+        return open_sender(endpoint_url(self.base_url), self._transport)
 
-    async def _send(self, client: httpx.AsyncClient, body: JSONDict, call: _Call) -> _Reply:
+    async def _send(self, sender: Sender, body: JSONDict, call: _Call) -> _Reply:
         """POST one request, retrying transient failures; raise a mapped `ProviderError`.
 
         Every failed attempt is reported to the transcript. A shape rejection
         (`_ShapeRejected`) is never retried: the same body would fail again.
         """
         options = call.options
-        headers = httpx.Headers(options.headers)
-        for secret in secret_values(options.headers):
-            remember_secret(secret)  # a server may echo a header's key back in an error
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers = self._headers
+        if options.headers:
+            for secret in secret_values(options.headers):
+                remember_secret(secret)  # a server may echo a header's key back in an error
+            headers = request_headers(self._api_key, options.headers)
+        # Encoded once for every attempt, as httpx's `json=` would (compact, UTF-8, no NaN).
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        request = _Request(content.encode(), headers, bool(body.get("stream")))
         attempt = 0
         while True:
             try:
-                return await self._attempt(client, body, headers, options, call.deltas())
+                return await self._attempt(sender, request, options, call.deltas())
             except _Retry as retry:
                 call.report_failure(retry.error)
                 if attempt >= options.max_retries:
@@ -392,12 +409,7 @@ class OpenAIAdapter(Adapter):
                 raise
 
     async def _attempt(
-        self,
-        client: httpx.AsyncClient,
-        body: JSONDict,
-        headers: httpx.Headers,
-        options: CallOptions,
-        deltas: _Deltas | None,
+        self, sender: Sender, request: _Request, options: CallOptions, deltas: _Deltas | None
     ) -> _Reply:
         """One request, complete or an error: every failure comes out as a `ProviderError`."""
         url = f"{self.base_url}/chat/completions"
@@ -407,15 +419,21 @@ class OpenAIAdapter(Adapter):
         try:
             # The whole attempt, not only each read: a server dripping keep-alives ends here too.
             with anyio.fail_after(timeout):
-                streaming = client.stream("POST", url, json=body, headers=headers, timeout=timeout)
-                async with streaming as response:
+                response = await sender.send(
+                    endpoint_url(url), request.content, request.headers, timeout
+                )
+                try:
                     reader = BodyReader(response.aiter_bytes(), options.max_reply_bytes)
                     if response.is_error:
                         raise self._http_error(response, await reader.read())
+                    if response.is_redirect:
+                        raise self._redirected(response)
                     self._check_length(response, options.max_reply_bytes)
-                    if body.get("stream"):
+                    if request.stream:
                         return await self._read_stream(reader, deltas)
                     return self._read_completion(await reader.read(), reader.received)
+                finally:
+                    await response.aclose()
         except (TimeoutError, httpx.TimeoutException):  # the whole attempt's, or one read's
             message = f"the request to {url} timed out after {timeout:g} s"
             raise _Retry(ProviderError(message, retryable=True)) from None
@@ -437,10 +455,11 @@ class OpenAIAdapter(Adapter):
     def _check_length(self, response: httpx.Response, limit: int) -> None:
         """Refuse a body whose declared length is over the cap before reading any of it."""
         declared = response.headers.get("content-length", "")
+        # The encoding last: most replies are under the cap, so one header lookup each.
         if (
-            "content-encoding" not in response.headers
-            and declared.isdigit()
+            declared.isdigit()
             and int(declared) > limit
+            and "content-encoding" not in response.headers
         ):
             raise BodyTooLarge
 
@@ -511,6 +530,14 @@ class OpenAIAdapter(Adapter):
 
     def _cut_off(self, received: int, why: str) -> str:
         return f"{self.base_url}: reply cut off after {received} bytes ({why})"
+
+    def _redirected(self, response: httpx.Response) -> ProviderError:
+        location = self._scrub(response.headers.get("location", ""))
+        return ProviderError(
+            f"{self.base_url} answered {response.status_code} {response.reason_phrase}, a redirect "
+            f"to {location}; kedi does not follow redirects: set the base URL to where it points",
+            status=response.status_code,
+        )
 
     def _too_large(self, limit: int) -> ProviderError:
         return ProviderError(
@@ -729,6 +756,17 @@ class _Call:
 
 
 @dataclass(frozen=True, slots=True)
+class _Request:
+    """What every attempt of one request sends."""
+
+    content: bytes
+    """The JSON body, encoded."""
+    headers: httpx.Headers
+    stream: bool
+    """Whether the body asks for a streamed reply."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Reply:
     message: Any
     """The reply's assistant `message` object (not yet checked)."""
@@ -801,25 +839,6 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     # Jitter spreads out clients that failed together.
     delay: float = min(INITIAL_BACKOFF * 2**attempt, MAX_BACKOFF)
     return delay * (1 - 0.25 * random.random())
-
-
-class _Borrowed(httpx.AsyncBaseTransport):
-    """A caller's transport, lent to kedi's clients, which must not close it."""
-
-    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
-        self._transport = transport
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._transport.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        return None
-
-
-@cache
-def _ssl_context() -> ssl.SSLContext:
-    # Building a context loads the CA bundle (~0.1 s); every client shares this one.
-    return httpx.create_ssl_context()
 
 
 def _base_url(url: str) -> str:

@@ -48,6 +48,8 @@ class RunResources:
     async def aclose(self) -> None:
         """Close every client, even when the run is being cancelled."""
         clients = [client for _, client in self._clients.values()]
+        if not clients:
+            return  # most runs of a batch: no shield scope to enter
         self._clients.clear()
         with anyio.CancelScope(shield=True):
             for client in reversed(clients):
