@@ -79,21 +79,38 @@ def _flag(name: str) -> str:
 def check_default_model(adapter: str | None, model: str | None) -> None:
     """Build the adapter `--adapter`/`--model` name now, so a bad model fails at start-up.
 
-    A model name Pydantic AI (the default adapter) cannot use, or a core install
-    without that extra, gets a hint toward `--adapter openai`, which needs no extra.
+    Without `--model` only the `--adapter` name is checked (the program may set
+    its model with `> model:`). A model name Pydantic AI (the default adapter)
+    cannot use, or a core install without that extra, gets a hint toward
+    `--adapter openai`, which needs no extra; kedi's own models (`offline`,
+    `script:PATH`, `local`) never go to Pydantic AI, so their errors get none.
     """
-    if model is None:
-        return
-    from kedi.adapters import DEFAULT_ADAPTER, create_adapter
+    from kedi.adapters import DEFAULT_ADAPTER, adapter_class, create_adapter
     from kedi.errors import ExtraNotInstalledError, KediConfigError
 
+    if model is None:
+        if adapter is not None:
+            adapter_class(adapter)  # an unknown name fails now, not at the first call
+        return
     try:
         create_adapter(adapter, model)
     except (KediConfigError, ExtraNotInstalledError) as error:
-        if (adapter or DEFAULT_ADAPTER) != DEFAULT_ADAPTER:
+        if (adapter or DEFAULT_ADAPTER) != DEFAULT_ADAPTER or _KEDI_MODEL.match(model):
             raise
-        raise KediConfigError(
-            f"{error}\n  hint: for an OpenAI-compatible endpoint use `--adapter openai --model "
-            f"{model}` (no extra needed; reads OPENAI_API_KEY and OPENAI_BASE_URL); Pydantic AI "
-            f"names models provider:model, e.g. `--model openai:{model}`"
-        ) from None
+        raise KediConfigError(f"{error}\n  hint: {_openai_adapter_hint(model)}") from None
+
+
+_KEDI_MODEL = re.compile(r"offline$|script:|local(?::|$)")
+"""Model names kedi's own adapters serve whatever `--adapter` says."""
+
+
+def _openai_adapter_hint(model: str) -> str:
+    """Point at `--adapter openai`; spell the Pydantic AI `provider:model` form when missing."""
+    hint = (
+        f"for an OpenAI-compatible endpoint use `--adapter openai --model "
+        f"{model.removeprefix('openai:')}` (no extra needed; reads OPENAI_API_KEY and "
+        f"OPENAI_BASE_URL)"
+    )
+    if ":" in model:  # already provider:model
+        return hint
+    return f"{hint}; Pydantic AI names models provider:model, e.g. `--model openai:{model}`"

@@ -86,6 +86,30 @@ def test_an_unknown_default_model_fails_at_start_up_pointing_at_the_openai_adapt
     assert "stack trace" not in err  # before the program ran, not at its first call
 
 
+def test_a_provider_prefixed_model_is_not_prefixed_again_in_the_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No key: Pydantic AI cannot build `openai:` models (a core install lacks the extra).
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, _, err = run("run", "-c", "= `1`", "--model", "openai:gpt-4o")
+    assert code == 1
+    assert "`--adapter openai --model gpt-4o`" in err  # the openai adapter takes the bare name
+    assert "openai:openai:" not in err
+
+
+def test_a_kedi_model_error_gets_no_hint_toward_another_adapter(tmp_path: Path) -> None:
+    code, _, err = run("run", "-c", "= `1`", "--model", f"script:{tmp_path / 'missing.json'}")
+    assert code == 1 and "cannot read script" in err
+    assert "hint" not in err
+
+
+def test_an_unknown_adapter_fails_at_start_up() -> None:
+    code, out, err = run("run", "-c", ">> Say hi [greeting]\n= `greeting`", "--adapter", "nosuch")
+    assert code == 1 and out == ""
+    assert "unknown adapter 'nosuch'" in err
+    assert "stack trace" not in err and "Resume with" not in err  # before the run started
+
+
 # --------------------------------------------------------------------------- Python API
 
 
