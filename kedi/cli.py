@@ -360,7 +360,8 @@ def _run(
         except BaseException as error:
             hint = stored.finish(error) if stored is not None else ""
             if isinstance(error, KediError):
-                _fail(error, [*missing_option_hints(given, read, path), *([hint] if hint else [])])
+                hints = missing_option_hints(given, read, path, error)
+                _fail(error, [*hints, *([hint] if hint else [])])
             if isinstance(error, KediInterrupted):
                 _stop(error, hint)
             if hint:
@@ -369,7 +370,7 @@ def _run(
         if stored is not None:
             stored.finish(None)
     except KediError as error:
-        _fail(error, missing_option_hints(given, read, path))
+        _fail(error, missing_option_hints(given, read, path, error))
     except KediInterrupted as stop:
         _stop(stop)
     finally:

@@ -7,10 +7,10 @@ in prompt text) reads options kedi cannot list, and nothing is refused.
 
 - An option the program does not read is refused before the run, with the
   closest option it does read ("did you mean --title?").
-- When a run fails and the program reads options that were not given, the
-  error ends with a hint naming each one and the line that reads it (a missing
-  option is None, so the failure shows up later: `'NoneType' object has no
-  attribute 'upper'`).
+- When the program's code fails and it reads options that were not given,
+  the error ends with a hint naming each one and the line that reads it (a
+  missing option is None, so the failure shows up later: `'NoneType' object
+  has no attribute 'upper'`). A failed model call gets no such hint.
 """
 
 from __future__ import annotations
@@ -62,8 +62,22 @@ def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: s
     return f"{path} does not read the option {_flag(name)}{guess} (it reads {reads})"
 
 
-def missing_option_hints(given: Mapping[str, object], read: ReadOptions, path: str) -> list[str]:
-    """One hint per option the program reads that was not given, with the line reading it."""
+def missing_option_hints(
+    given: Mapping[str, object], read: ReadOptions, path: str, error: BaseException
+) -> list[str]:
+    """One hint per option the program reads that was not given, with the line reading it.
+
+    Only a failure of the program's own code can come from an option that is
+    None; a model call that failed (a provider, a script, validation) or a
+    program that never ran (syntax, configuration) gets no hints, which would
+    send the user after the wrong cause.
+    """
+    from kedi.errors import AdapterError, KediConfigError, KediExecutionError
+
+    if not isinstance(error, KediExecutionError) or isinstance(
+        error.original, AdapterError | KediConfigError
+    ):
+        return []
     return [
         f"  hint: option {_flag(name)} was not given, so args.{name} is None "
         f"(read at {path}:{line}); pass {_flag(name)} VALUE"

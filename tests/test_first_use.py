@@ -40,6 +40,20 @@ def test_a_missing_option_is_named_with_the_line_that_reads_it(tmp_path: Path) -
     assert f"option --title was not given, so args.title is None (read at {flow}:1)" in err
 
 
+def test_a_failed_model_call_gets_no_missing_option_hint(tmp_path: Path) -> None:
+    # The endpoint is down: blaming the option not given would send the user after the wrong cause.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(">> Greet <`args.name`>: [greeting]\n= `greeting`\n")
+    code, _, err = run("run", str(flow), "--model", f"script:{tmp_path / 'missing.json'}")
+    assert code == 1 and "cannot read script" in err
+    assert "was not given" not in err
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    code, _, err = run("run", str(flow), "--model", f"script:{empty}")
+    assert code == 1 and "ScriptExhaustedError" in err
+    assert "was not given" not in err
+
+
 def test_a_given_option_gets_no_hint_and_the_program_runs(tmp_path: Path) -> None:
     flow = tmp_path / "flow.kedi"
     flow.write_text(TITLE)
