@@ -287,7 +287,8 @@ class KediExecutionError(KediError):
             where = f"in {frame.label}"
             out += ["", f'  File "{frame.span.path}", line {frame.span.line}, {where}']
             if frame.source_snippet:
-                out.append(f"  \u2771 {frame.span.line} {frame.source_snippet}")
+                snippet, _ = _screen_window(frame.source_snippet, frame.span.column - 1)
+                out.append(f"  \u2771 {frame.span.line} {snippet}")
         traces = self.python_traces
         hidden = len(traces) - 2 * _SHOWN_PYTHON_TRACES
         if hidden > 1:  # a deep recursion: the first and last frames tell the story
@@ -299,7 +300,8 @@ class KediExecutionError(KediError):
                 out.append(f"    ... {hidden} more embedded Python lines ...")
             out.append(f"    embedded Python line {trace.python_line}")
             if trace.snippet:
-                out.append(f"    \u2771 {trace.python_line} {trace.snippet}")
+                snippet, _ = _screen_window(trace.snippet, 0)
+                out.append(f"    \u2771 {trace.python_line} {snippet}")
         original = self.original
         # Name what caused the failure (a Python exception, an adapter error);
         # kedi's internal signals (type checks) are named by this error's class.
