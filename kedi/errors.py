@@ -154,8 +154,11 @@ class Diagnostic:
         if self.source_line:
             text, column = _screen_window(self.source_line, span.column - 1)
             width = max(1, min(width, len(text) - column))
-            lines.append(f"  {text}")
-            lines.append("  " + " " * column + "^" * width)
+            # Tabs expanded here, so the caret lands under the text a terminal shows.
+            start = len(text[:column].expandtabs())
+            end = len(text[: column + width].expandtabs())
+            lines.append(f"  {text.expandtabs()}")
+            lines.append("  " + " " * start + "^" * (end - start))
         lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
         if self.hint:
             lines.append(f"  hint: {self.hint}")
