@@ -32,6 +32,18 @@ def test_an_option_the_program_does_not_read_is_refused_with_a_guess(tmp_path: P
     assert f"{flow} does not read the option --titel; did you mean --title?" in err
 
 
+def test_an_unquoted_value_with_spaces_is_refused_not_cut(tmp_path: Path) -> None:
+    # The shell splits `--title Fix login`: running with args.title == "Fix" loses words.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(TITLE)
+    code, out, err = run("run", str(flow), "--title", "Fix", "login", "--quiet")
+    assert code == 2 and out == ""
+    assert "unexpected argument 'login': --title takes one value" in err
+    assert '--title "Fix login"' in err
+    code, _, err = run("run", str(flow), "extra", "--title", "x")
+    assert code == 2 and "unexpected argument 'extra'" in err
+
+
 def test_a_missing_option_is_named_with_the_line_that_reads_it(tmp_path: Path) -> None:
     flow = tmp_path / "flow.kedi"
     flow.write_text(TITLE)
