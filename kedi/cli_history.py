@@ -94,12 +94,15 @@ class RunSession:
         status = "ok"
         failure = None
         if (
-            error is None
+            not isinstance(error, KeyboardInterrupt)  # Ctrl-C keeps its "Resume with" line
             and self.session.name is None
+            and recorder.run_no == 1
             and self.session.turns == 0
             and recorder.sent == 0
+            and recorder.failure is None
         ):
-            # an unnamed run that called no model leaves nothing worth listing
+            # An unnamed run that reached no model leaves nothing worth listing, and a
+            # failure before the first call nothing to resume: running again is the same.
             store.delete_session(self.session.id)
             store.close()
             return ""

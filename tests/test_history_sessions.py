@@ -93,6 +93,20 @@ def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
     assert off.returncode == 1 and "history store is off" in off.stderr
 
 
+def test_a_run_that_fails_before_any_model_call_leaves_no_session(tmp_path: Path) -> None:
+    # Each typo'd run added a "0 turns, failed" row to `kedi history ls` and a
+    # "Resume with" line, though resuming it is just running it again.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[n: int] = `1 // 0`\n>> never sent [x]\n= `x`\n")
+    failed = kedi("run", str(flow))
+    assert failed.returncode == 1 and "ZeroDivisionError" in failed.stderr
+    assert "Resume with" not in failed.stderr
+    assert sessions() == []
+    named = kedi("run", str(flow), "--session", "mine")  # asked for by name: kept, resumable
+    assert named.returncode == 1 and "Resume with: " in named.stderr
+    assert [s["name"] for s in sessions()] == ["mine"]
+
+
 def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> None:
     assert kedi("run", str(chat), "--session", "a", "--message", "hello there").returncode == 0
     shown = kedi("history", "show", "a")
