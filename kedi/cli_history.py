@@ -18,7 +18,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -328,8 +328,10 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
         if as_json:
             _show_json(info, runs, store.turns(info.id), lane_filter)
         else:
-            # the listing reads only what it shows (no replay data), a batch at a time
-            _show_text(info, runs, store.turn_summaries(info.id), lane_filter)
+            # the listing reads only what it shows (no replay data), a batch at a time; the
+            # reader is closed before the store even when printing fails (`| head`)
+            with closing(store.turn_summaries(info.id)) as batches:
+                _show_text(info, runs, batches, lane_filter)
 
 
 def _show_json(
