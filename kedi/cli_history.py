@@ -341,7 +341,10 @@ def _show_json(
         from kedi.history.lanes import LaneKey
 
         label = functools.cache(LaneKey.label)  # a session names a handful of lanes
+        labels = {label(turn.lane) for turn in turns}
         turns = [turn for turn in turns if lane_filter in label(turn.lane)]
+        if not turns:
+            raise _no_lane_matches(info, lane_filter, labels)
     click.echo(
         json.dumps(
             {
@@ -370,11 +373,15 @@ def _show_text(
             f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
         ]
     )
+    labels: set[str] = set()
+    shown = 0
     for batch in batches:
         out: list[str] = []
         for turn in batch:
+            labels.add(turn.lane_label)
             if lane_filter and lane_filter not in turn.lane_label:
                 continue
+            shown += 1
             usage = turn.usage or {}
             out.append(
                 f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
@@ -398,6 +405,17 @@ def _show_text(
             for run in runs
             if run.failure
         ]
+    )
+    if lane_filter and not shown:
+        raise _no_lane_matches(info, lane_filter, labels)
+
+
+def _no_lane_matches(info: SessionInfo, lane_filter: str, labels: set[str]) -> KediUsageError:
+    """`--lane KEY` matched no turn: say so, with the lanes the session has (not a silent blank)."""
+    lanes = ", ".join(sorted(labels)) or "none: it has no turns"
+    return KediUsageError(
+        f"no turn of session {info.label!r} is on a lane whose label contains {lane_filter!r} "
+        f"(its lanes: {lanes})"
     )
 
 

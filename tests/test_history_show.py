@@ -147,6 +147,15 @@ def test_lane_filter_and_colour(store_file: Path) -> None:
     assert "\x1b" not in show("trip")
 
 
+@pytest.mark.parametrize("as_json", [(), ("--json",)])
+def test_a_lane_filter_matching_nothing_says_so(store_file: Path, as_json: tuple[str, ...]) -> None:
+    # A typo'd --lane printed the header and no turn, with exit status 0.
+    result = CliRunner().invoke(main, ["history", "show", "trip", "--lane", "nosuch", *as_json])
+    assert result.exit_code == 1
+    assert "no turn of session 'trip' is on a lane whose label contains 'nosuch'" in result.stderr
+    assert PORTABLE_LANE.label() in result.stderr and NATIVE_LANE.label() in result.stderr
+
+
 def test_json_is_the_full_records(store_file: Path) -> None:
     data = json.loads(show("trip", "--json"))
     first = data["turns"][0]
