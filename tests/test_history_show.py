@@ -300,3 +300,17 @@ def test_kedi_history_loads_each_name_from_its_module_on_first_use() -> None:
     )
     assert eager | set(kedi.history._LAZY) == set(kedi.history.__all__)
     assert all(getattr(kedi.history, name).__module__ == "kedi.errors" for name in eager)
+
+
+def test_an_import_whose_name_is_taken_says_so(store_file: Path, tmp_path: Path) -> None:
+    # The report read "as session 01a... (id 01a...)": the id twice, and no word on the name.
+    runner = CliRunner()
+    source = ">> Hello [greeting]\n= `greeting`\n"
+    assert runner.invoke(main, ["run", "-c", source, "--session", "hi", "--quiet"]).exit_code == 0
+    exported = tmp_path / "hi.json"
+    assert runner.invoke(main, ["history", "export", "hi", "-o", str(exported)]).exit_code == 0
+    renamed = runner.invoke(main, ["history", "import", str(exported), "--name", "hi-2"])
+    assert renamed.exit_code == 0 and "as session 'hi-2' (id " in renamed.stdout
+    unnamed = runner.invoke(main, ["history", "import", str(exported)])
+    assert unnamed.exit_code == 0
+    assert "the name 'hi' is taken here: import with --name NEW to name it" in unnamed.stdout
