@@ -165,28 +165,59 @@ def program_arguments(tokens: Sequence[str]) -> dict[str, Any]:
 
     `--key value` gives a str, a bare flag gives True, hyphens become
     underscores, the first duplicate wins, and tokens that are not options are
-    ignored.
+    ignored (`kedi run` refuses them first: see `stray_argument_error`).
     """
+    return _split_arguments(tokens)[0]
+
+
+def stray_argument_error(tokens: Sequence[str]) -> str | None:
+    """The message refusing a token that is neither an option nor its value, or None.
+
+    `--title Fix login` would silently run with args.title == "Fix".
+    """
+    strays = _split_arguments(tokens)[1]
+    if not strays:
+        return None
+    token, after = strays[0]
+    if after is None:
+        return f"unexpected argument {token!r}: program options look like --name VALUE"
+    option, value = after
+    return (
+        f"unexpected argument {token!r}: --{option} takes one value; quote a value "
+        f'with spaces: --{option} "{value} {token}"'
+    )
+
+
+def _split_arguments(
+    tokens: Sequence[str],
+) -> tuple[dict[str, Any], list[tuple[str, tuple[str, str] | None]]]:
+    """(options, strays): each stray with the (option, value) it follows, if any."""
     values: dict[str, Any] = {}
+    strays: list[tuple[str, tuple[str, str] | None]] = []
+    previous: tuple[str, str] | None = None
     index = 0
     while index < len(tokens):
         token = tokens[index]
         index += 1
         if not token.startswith("--") or token == "--":
+            if token != "--":
+                strays.append((token, previous))
             continue
         name, has_value, value = token[2:].partition("=")
         key = name.replace("-", "_")
         if not key:
             continue
+        result: Any
         if has_value:
-            result: Any = value
+            result, previous = value, (name, value)
         elif index < len(tokens) and not tokens[index].startswith("--"):
             result = tokens[index]
+            previous = (name, result)
             index += 1
         else:
-            result = True
+            result, previous = True, None
         values.setdefault(key, result)
-    return values
+    return values, strays
 
 
 @click.group(cls=_KediGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -328,6 +359,9 @@ def _run(
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
+    stray = stray_argument_error(ctx.args)
+    if stray is not None:
+        raise click.UsageError(stray)
     given = program_arguments(ctx.args)
     read = read_options(source)
     refused = unknown_option_error(given, read, path)
@@ -360,7 +394,8 @@ def _run(
         except BaseException as error:
             hint = stored.finish(error) if stored is not None else ""
             if isinstance(error, KediError):
-                _fail(error, [*missing_option_hints(given, read, path), *([hint] if hint else [])])
+                hints = missing_option_hints(given, read, path, error)
+                _fail(error, [*hints, *([hint] if hint else [])])
             if isinstance(error, KediInterrupted):
                 _stop(error, hint)
             if hint:
@@ -369,7 +404,7 @@ def _run(
         if stored is not None:
             stored.finish(None)
     except KediError as error:
-        _fail(error, missing_option_hints(given, read, path))
+        _fail(error, missing_option_hints(given, read, path, error))
     except KediInterrupted as stop:
         _stop(stop)
     finally:

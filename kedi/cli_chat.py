@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from kedi.adapters import create_adapter
-from kedi.errors import KediError
+from kedi.errors import KediError, KediExecutionError
 from kedi.history.lanes import Conversation
 from kedi.runtime.program import Program, compile_program
 
@@ -90,10 +90,22 @@ def chat_loop(
                 args={"message": text}, conversation=conversation, **run_options
             )
         except KediError as error:
-            notice(error.render())
+            notice(_turn_failure(error))
             continue
         write(f"{reply}\n")
         run_options["quiet"] = True  # notices (such as the offline one) once per chat, not per turn
+
+
+def _turn_failure(error: KediError) -> str:
+    """A failed turn in the chat's terms: its cause and message.
+
+    Not a Kedi stack trace: that would point into the one-line program kedi
+    runs for each turn (`<chat>`, line 4), which the user never wrote.
+    """
+    if not isinstance(error, KediExecutionError):
+        return error.render()
+    cause = type(error.original or error).__name__
+    return f"error: {cause}: {error.message} (the turn was not kept)"
 
 
 def _save(conversation: Conversation, name: str, notice: Callable[[str], None]) -> None:

@@ -18,7 +18,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,12 +94,15 @@ class RunSession:
         status = "ok"
         failure = None
         if (
-            error is None
+            not isinstance(error, KeyboardInterrupt)  # Ctrl-C keeps its "Resume with" line
             and self.session.name is None
+            and recorder.run_no == 1
             and self.session.turns == 0
             and recorder.sent == 0
+            and recorder.failure is None
         ):
-            # an unnamed run that called no model leaves nothing worth listing
+            # An unnamed run that reached no model leaves nothing worth listing, and a
+            # failure before the first call nothing to resume: running again is the same.
             store.delete_session(self.session.id)
             store.close()
             return ""
@@ -325,8 +328,10 @@ def show(session: str, lane_filter: str | None, as_json: bool) -> None:
         if as_json:
             _show_json(info, runs, store.turns(info.id), lane_filter)
         else:
-            # the listing reads only what it shows (no replay data), a batch at a time
-            _show_text(info, runs, store.turn_summaries(info.id), lane_filter)
+            # the listing reads only what it shows (no replay data), a batch at a time; the
+            # reader is closed before the store even when printing fails (`| head`)
+            with closing(store.turn_summaries(info.id)) as batches:
+                _show_text(info, runs, batches, lane_filter)
 
 
 def _show_json(
@@ -336,7 +341,10 @@ def _show_json(
         from kedi.history.lanes import LaneKey
 
         label = functools.cache(LaneKey.label)  # a session names a handful of lanes
+        labels = {label(turn.lane) for turn in turns}
         turns = [turn for turn in turns if lane_filter in label(turn.lane)]
+        if not turns:
+            raise _no_lane_matches(info, lane_filter, labels)
     click.echo(
         json.dumps(
             {
@@ -365,11 +373,15 @@ def _show_text(
             f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
         ]
     )
+    labels: set[str] = set()
+    shown = 0
     for batch in batches:
         out: list[str] = []
         for turn in batch:
+            labels.add(turn.lane_label)
             if lane_filter and lane_filter not in turn.lane_label:
                 continue
+            shown += 1
             usage = turn.usage or {}
             out.append(
                 f"\n{style(f'turn {turn.seq}', fg='cyan', bold=True)} run {turn.run_no}  {turn.origin}  "
@@ -393,6 +405,17 @@ def _show_text(
             for run in runs
             if run.failure
         ]
+    )
+    if lane_filter and not shown:
+        raise _no_lane_matches(info, lane_filter, labels)
+
+
+def _no_lane_matches(info: SessionInfo, lane_filter: str, labels: set[str]) -> KediUsageError:
+    """`--lane KEY` matched no turn: say so, with the lanes the session has (not a silent blank)."""
+    lanes = ", ".join(sorted(labels)) or "none: it has no turns"
+    return KediUsageError(
+        f"no turn of session {info.label!r} is on a lane whose label contains {lane_filter!r} "
+        f"(its lanes: {lanes})"
     )
 
 

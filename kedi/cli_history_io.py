@@ -81,9 +81,11 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
         except (KeyError, TypeError, ValueError) as error:
             raise StoreError(f"{where}: {type(error).__name__}: {error}") from None
     wanted = name or session.get("name")
+    taken = ""
     if wanted and store.find_session(wanted) is not None:
         if name:
             raise StoreError(f"a session named {name!r} already exists")
+        taken = f" (the name {wanted!r} is taken here: import with --name NEW to name it)"
         wanted = None
     created = store.create_session(
         name=wanted,
@@ -103,7 +105,8 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
 
             tx.commit_turn(replace(record, session_id=created.id))
     return (
-        f"imported {len(records)} turns as session {created.name or created.id} (id {created.id}); "
+        f"imported {len(records)} turns as session "
+        f"{f'{created.name!r} (id {created.id})' if created.name else created.id}{taken}; "
         f"sanitized: {dropped_system} system prompts dropped, {dropped_parts} unsafe parts dropped, "
         f"{synthesized} unanswered tool calls closed"
     )

@@ -7,10 +7,10 @@ in prompt text) reads options kedi cannot list, and nothing is refused.
 
 - An option the program does not read is refused before the run, with the
   closest option it does read ("did you mean --title?").
-- When a run fails and the program reads options that were not given, the
-  error ends with a hint naming each one and the line that reads it (a missing
-  option is None, so the failure shows up later: `'NoneType' object has no
-  attribute 'upper'`).
+- When the program's code fails and it reads options that were not given,
+  the error ends with a hint naming each one and the line that reads it (a
+  missing option is None, so the failure shows up later: `'NoneType' object
+  has no attribute 'upper'`). A failed model call gets no such hint.
 """
 
 from __future__ import annotations
@@ -62,8 +62,22 @@ def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: s
     return f"{path} does not read the option {_flag(name)}{guess} (it reads {reads})"
 
 
-def missing_option_hints(given: Mapping[str, object], read: ReadOptions, path: str) -> list[str]:
-    """One hint per option the program reads that was not given, with the line reading it."""
+def missing_option_hints(
+    given: Mapping[str, object], read: ReadOptions, path: str, error: BaseException
+) -> list[str]:
+    """One hint per option the program reads that was not given, with the line reading it.
+
+    Only a failure of the program's own code can come from an option that is
+    None; a model call that failed (a provider, a script, validation) or a
+    program that never ran (syntax, configuration) gets no hints, which would
+    send the user after the wrong cause.
+    """
+    from kedi.errors import AdapterError, KediConfigError, KediExecutionError
+
+    if not isinstance(error, KediExecutionError) or isinstance(
+        error.original, AdapterError | KediConfigError
+    ):
+        return []
     return [
         f"  hint: option {_flag(name)} was not given, so args.{name} is None "
         f"(read at {path}:{line}); pass {_flag(name)} VALUE"
@@ -79,21 +93,38 @@ def _flag(name: str) -> str:
 def check_default_model(adapter: str | None, model: str | None) -> None:
     """Build the adapter `--adapter`/`--model` name now, so a bad model fails at start-up.
 
-    A model name Pydantic AI (the default adapter) cannot use, or a core install
-    without that extra, gets a hint toward `--adapter openai`, which needs no extra.
+    Without `--model` only the `--adapter` name is checked (the program may set
+    its model with `> model:`). A model name Pydantic AI (the default adapter)
+    cannot use, or a core install without that extra, gets a hint toward
+    `--adapter openai`, which needs no extra; kedi's own models (`offline`,
+    `script:PATH`, `local`) never go to Pydantic AI, so their errors get none.
     """
-    if model is None:
-        return
-    from kedi.adapters import DEFAULT_ADAPTER, create_adapter
+    from kedi.adapters import DEFAULT_ADAPTER, adapter_class, create_adapter
     from kedi.errors import ExtraNotInstalledError, KediConfigError
 
+    if model is None:
+        if adapter is not None:
+            adapter_class(adapter)  # an unknown name fails now, not at the first call
+        return
     try:
         create_adapter(adapter, model)
     except (KediConfigError, ExtraNotInstalledError) as error:
-        if (adapter or DEFAULT_ADAPTER) != DEFAULT_ADAPTER:
+        if (adapter or DEFAULT_ADAPTER) != DEFAULT_ADAPTER or _KEDI_MODEL.match(model):
             raise
-        raise KediConfigError(
-            f"{error}\n  hint: for an OpenAI-compatible endpoint use `--adapter openai --model "
-            f"{model}` (no extra needed; reads OPENAI_API_KEY and OPENAI_BASE_URL); Pydantic AI "
-            f"names models provider:model, e.g. `--model openai:{model}`"
-        ) from None
+        raise KediConfigError(f"{error}\n  hint: {_openai_adapter_hint(model)}") from None
+
+
+_KEDI_MODEL = re.compile(r"offline$|script:|local(?::|$)")
+"""Model names kedi's own adapters serve whatever `--adapter` says."""
+
+
+def _openai_adapter_hint(model: str) -> str:
+    """Point at `--adapter openai`; spell the Pydantic AI `provider:model` form when missing."""
+    hint = (
+        f"for an OpenAI-compatible endpoint use `--adapter openai --model "
+        f"{model.removeprefix('openai:')}` (no extra needed; reads OPENAI_API_KEY and "
+        f"OPENAI_BASE_URL)"
+    )
+    if ":" in model:  # already provider:model
+        return hint
+    return f"{hint}; Pydantic AI names models provider:model, e.g. `--model openai:{model}`"

@@ -154,8 +154,11 @@ class Diagnostic:
         if self.source_line:
             text, column = _screen_window(self.source_line, span.column - 1)
             width = max(1, min(width, len(text) - column))
-            lines.append(f"  {text}")
-            lines.append("  " + " " * column + "^" * width)
+            # Tabs expanded here, so the caret lands under the text a terminal shows.
+            start = len(text[:column].expandtabs())
+            end = len(text[: column + width].expandtabs())
+            lines.append(f"  {text.expandtabs()}")
+            lines.append("  " + " " * start + "^" * (end - start))
         lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
         if self.hint:
             lines.append(f"  hint: {self.hint}")
@@ -287,7 +290,8 @@ class KediExecutionError(KediError):
             where = f"in {frame.label}"
             out += ["", f'  File "{frame.span.path}", line {frame.span.line}, {where}']
             if frame.source_snippet:
-                out.append(f"  \u2771 {frame.span.line} {frame.source_snippet}")
+                snippet, _ = _screen_window(frame.source_snippet, frame.span.column - 1)
+                out.append(f"  \u2771 {frame.span.line} {snippet}")
         traces = self.python_traces
         hidden = len(traces) - 2 * _SHOWN_PYTHON_TRACES
         if hidden > 1:  # a deep recursion: the first and last frames tell the story
@@ -299,7 +303,8 @@ class KediExecutionError(KediError):
                 out.append(f"    ... {hidden} more embedded Python lines ...")
             out.append(f"    embedded Python line {trace.python_line}")
             if trace.snippet:
-                out.append(f"    \u2771 {trace.python_line} {trace.snippet}")
+                snippet, _ = _screen_window(trace.snippet, 0)
+                out.append(f"    \u2771 {trace.python_line} {snippet}")
         original = self.original
         # Name what caused the failure (a Python exception, an adapter error);
         # kedi's internal signals (type checks) are named by this error's class.

@@ -70,6 +70,16 @@ def test_end_of_input_quits_and_a_failed_turn_does_not_end_the_chat(tmp_path: Pa
     assert "provider down" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_failed_turn_names_its_cause_not_the_internal_program(tmp_path: Path) -> None:
+    # The user typed a line, not `[reply] << ...` at "<chat>" line 4: no Kedi trace.
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"error": "provider down"}]))
+    result = chat("hello\n", "--model", f"script:{replies}")
+    assert result.exit_code == 0
+    assert "error: ProviderError: " in result.stderr and "provider down" in result.stderr
+    assert "<chat>" not in result.stderr and "stack trace" not in result.stderr
+
+
 def test_history_is_bounded_by_max_messages() -> None:
     seen: list[list[str]] = []
 

@@ -32,12 +32,38 @@ def test_an_option_the_program_does_not_read_is_refused_with_a_guess(tmp_path: P
     assert f"{flow} does not read the option --titel; did you mean --title?" in err
 
 
+def test_an_unquoted_value_with_spaces_is_refused_not_cut(tmp_path: Path) -> None:
+    # The shell splits `--title Fix login`: running with args.title == "Fix" loses words.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(TITLE)
+    code, out, err = run("run", str(flow), "--title", "Fix", "login", "--quiet")
+    assert code == 2 and out == ""
+    assert "unexpected argument 'login': --title takes one value" in err
+    assert '--title "Fix login"' in err
+    code, _, err = run("run", str(flow), "extra", "--title", "x")
+    assert code == 2 and "unexpected argument 'extra'" in err
+
+
 def test_a_missing_option_is_named_with_the_line_that_reads_it(tmp_path: Path) -> None:
     flow = tmp_path / "flow.kedi"
     flow.write_text(TITLE)
     code, _, err = run("run", str(flow))
     assert code == 1 and "Traceback" not in err
     assert f"option --title was not given, so args.title is None (read at {flow}:1)" in err
+
+
+def test_a_failed_model_call_gets_no_missing_option_hint(tmp_path: Path) -> None:
+    # The endpoint is down: blaming the option not given would send the user after the wrong cause.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(">> Greet <`args.name`>: [greeting]\n= `greeting`\n")
+    code, _, err = run("run", str(flow), "--model", f"script:{tmp_path / 'missing.json'}")
+    assert code == 1 and "cannot read script" in err
+    assert "was not given" not in err
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    code, _, err = run("run", str(flow), "--model", f"script:{empty}")
+    assert code == 1 and "ScriptExhaustedError" in err
+    assert "was not given" not in err
 
 
 def test_a_given_option_gets_no_hint_and_the_program_runs(tmp_path: Path) -> None:
@@ -84,6 +110,30 @@ def test_an_unknown_default_model_fails_at_start_up_pointing_at_the_openai_adapt
     assert code == 1 and out == ""
     assert "--adapter openai --model gpt-4o" in err
     assert "stack trace" not in err  # before the program ran, not at its first call
+
+
+def test_a_provider_prefixed_model_is_not_prefixed_again_in_the_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No key: Pydantic AI cannot build `openai:` models (a core install lacks the extra).
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, _, err = run("run", "-c", "= `1`", "--model", "openai:gpt-4o")
+    assert code == 1
+    assert "`--adapter openai --model gpt-4o`" in err  # the openai adapter takes the bare name
+    assert "openai:openai:" not in err
+
+
+def test_a_kedi_model_error_gets_no_hint_toward_another_adapter(tmp_path: Path) -> None:
+    code, _, err = run("run", "-c", "= `1`", "--model", f"script:{tmp_path / 'missing.json'}")
+    assert code == 1 and "cannot read script" in err
+    assert "hint" not in err
+
+
+def test_an_unknown_adapter_fails_at_start_up() -> None:
+    code, out, err = run("run", "-c", ">> Say hi [greeting]\n= `greeting`", "--adapter", "nosuch")
+    assert code == 1 and out == ""
+    assert "unknown adapter 'nosuch'" in err
+    assert "stack trace" not in err and "Resume with" not in err  # before the run started
 
 
 # --------------------------------------------------------------------------- Python API

@@ -93,6 +93,44 @@ def test_continue_fork_and_no_store(chat: Path, tmp_path: Path) -> None:
     assert off.returncode == 1 and "history store is off" in off.stderr
 
 
+def test_a_run_that_fails_before_any_model_call_leaves_no_session(tmp_path: Path) -> None:
+    # Each typo'd run added a "0 turns, failed" row to `kedi history ls` and a
+    # "Resume with" line, though resuming it is just running it again.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[n: int] = `1 // 0`\n>> never sent [x]\n= `x`\n")
+    failed = kedi("run", str(flow))
+    assert failed.returncode == 1 and "ZeroDivisionError" in failed.stderr
+    assert "Resume with" not in failed.stderr
+    assert sessions() == []
+    named = kedi("run", str(flow), "--session", "mine")  # asked for by name: kept, resumable
+    assert named.returncode == 1 and "Resume with: " in named.stderr
+    assert [s["name"] for s in sessions()] == ["mine"]
+
+
+def test_show_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
+    # `kedi history show a | head -1`: printing failed while the reader of the turns was
+    # open, and that reader was closed after the store ("Exception ignored ... Traceback").
+    flow = tmp_path / "many.kedi"  # 600 turns: more than a pipe holds, in two batches
+    flow.write_text(
+        "@ask(i: int) -> str:\n  >> Item <i> [x: str]\n  = <x>\n"
+        "= `len([ask(i) for i in range(600)])`\n"
+    )
+    assert kedi("run", str(flow), "--session", "a").returncode == 0
+    shown = subprocess.Popen(
+        [sys.executable, "-m", "kedi", "history", "show", "a"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert shown.stdout is not None
+    assert shown.stdout.readline().startswith("session a")
+    shown.stdout.close()  # the reader went away after the first line
+    _, err = shown.communicate(timeout=120)
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
 def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> None:
     assert kedi("run", str(chat), "--session", "a", "--message", "hello there").returncode == 0
     shown = kedi("history", "show", "a")

@@ -147,6 +147,15 @@ def test_lane_filter_and_colour(store_file: Path) -> None:
     assert "\x1b" not in show("trip")
 
 
+@pytest.mark.parametrize("as_json", [(), ("--json",)])
+def test_a_lane_filter_matching_nothing_says_so(store_file: Path, as_json: tuple[str, ...]) -> None:
+    # A typo'd --lane printed the header and no turn, with exit status 0.
+    result = CliRunner().invoke(main, ["history", "show", "trip", "--lane", "nosuch", *as_json])
+    assert result.exit_code == 1
+    assert "no turn of session 'trip' is on a lane whose label contains 'nosuch'" in result.stderr
+    assert PORTABLE_LANE.label() in result.stderr and NATIVE_LANE.label() in result.stderr
+
+
 def test_json_is_the_full_records(store_file: Path) -> None:
     data = json.loads(show("trip", "--json"))
     first = data["turns"][0]
@@ -291,3 +300,17 @@ def test_kedi_history_loads_each_name_from_its_module_on_first_use() -> None:
     )
     assert eager | set(kedi.history._LAZY) == set(kedi.history.__all__)
     assert all(getattr(kedi.history, name).__module__ == "kedi.errors" for name in eager)
+
+
+def test_an_import_whose_name_is_taken_says_so(store_file: Path, tmp_path: Path) -> None:
+    # The report read "as session 01a... (id 01a...)": the id twice, and no word on the name.
+    runner = CliRunner()
+    source = ">> Hello [greeting]\n= `greeting`\n"
+    assert runner.invoke(main, ["run", "-c", source, "--session", "hi", "--quiet"]).exit_code == 0
+    exported = tmp_path / "hi.json"
+    assert runner.invoke(main, ["history", "export", "hi", "-o", str(exported)]).exit_code == 0
+    renamed = runner.invoke(main, ["history", "import", str(exported), "--name", "hi-2"])
+    assert renamed.exit_code == 0 and "as session 'hi-2' (id " in renamed.stdout
+    unnamed = runner.invoke(main, ["history", "import", str(exported)])
+    assert unnamed.exit_code == 0
+    assert "the name 'hi' is taken here: import with --name NEW to name it" in unnamed.stdout

@@ -48,3 +48,21 @@ def test_every_type_ignore_names_its_code_and_reason() -> None:
         if bare.search(line)
     ]
     assert not found, f"give these a code and a reason: {found}"
+
+
+def test_mypy_needs_no_extra_outside_dev(tmp_path: Path) -> None:
+    """`pip install -e ".[dev]"` leaves out kedi[local] (llama.cpp compiles for 15 minutes).
+
+    mypy must pass without it, so its import is checked as if nothing were
+    installed (`--no-site-packages`) under the project's mypy config.
+    """
+    probe = tmp_path / "probe.py"
+    probe.write_text("import llama_cpp\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-site-packages", "--config-file", "pyproject.toml"]
+        + [str(probe)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

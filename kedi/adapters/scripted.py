@@ -229,7 +229,12 @@ class ScriptAdapter(Adapter):
         settings=COMMON_SETTINGS | {"output_retries"},
     )
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        if path is None:  # `--adapter script` without a model names no file
+            raise KediConfigError(
+                "the script adapter needs a replies file: pass --model script:PATH "
+                "or use `> model: script:PATH` (see docs/replies.md)"
+            )
         self.model_name = os.fspath(path)
         self.path = Path(path)
         self._entries = load_script(path)

@@ -12,11 +12,13 @@ import anyio
 import pytest
 from pydantic import Field
 
+import kedi
 from kedi.adapters.base import CallRequest, Exchange, ToolSpec
 from kedi.adapters.scripted import ScriptAdapter
 from kedi.errors import (
     AdapterError,
     KediConfigError,
+    KediExecutionError,
     OutputValidationError,
     ProviderError,
     ScriptExhaustedError,
@@ -370,3 +372,12 @@ def test_malformed_scripts_name_file_entry_and_problem(
 def test_missing_script_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(KediConfigError, match="cannot read script .*nope.json"):
         ScriptAdapter(tmp_path / "nope.json")
+
+
+def test_the_script_adapter_without_a_file_says_how_to_name_one() -> None:
+    # `kedi run flow.kedi --adapter script` (no --model) built ScriptAdapter(None).
+    source = ">> Say hi [greeting]\n= `greeting`\n"
+    with pytest.raises(KediExecutionError) as caught:
+        kedi.compile(source, path="flow.kedi").run_sync(adapter="script")
+    assert isinstance(caught.value.original, KediConfigError)
+    assert "pass --model script:PATH" in str(caught.value)

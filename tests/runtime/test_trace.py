@@ -104,3 +104,14 @@ def test_a_frame_is_added_once_when_a_procedure_recurses_through_templates() -> 
         ("procedure", 1),
         ("template", 3),
     ]
+
+
+def test_a_long_source_line_is_cut_to_a_screen_line_in_the_trace() -> None:
+    # A generated 5,000-character line printed whole (twice: Kedi line and embedded
+    # Python line) buries the error; as in check errors, 100 characters around it show.
+    error = failure("= `len('" + "long text " * 500 + "') / 0`\n")
+    rendered = error.render()
+    assert "ZeroDivisionError" in rendered
+    shown = [line for line in rendered.splitlines() if "long text" in line]
+    assert len(shown) == 3  # two Kedi frames and the embedded Python line, each cut
+    assert all(len(line) < 120 and line.endswith("...") for line in shown)

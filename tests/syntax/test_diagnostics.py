@@ -591,6 +591,15 @@ def test_columns_count_characters_after_crlf_and_tabs() -> None:
     assert diagnostic.message == "Unexpected indentation"
 
 
+def test_the_caret_lands_under_the_text_after_a_tab() -> None:
+    # The column counts the tab as one character; a terminal shows it as up to 8 columns.
+    with pytest.raises(KediSyntaxError) as info:
+        parse(">> a\tb [x: int\n", path="tabs.kedi")
+    shown, caret = info.value.render().splitlines()[3:5]
+    assert "\t" not in shown
+    assert shown[caret.index("^")] == "["
+
+
 def test_non_string_source_is_a_usage_error() -> None:
     with pytest.raises(KediUsageError, match="expects source text"):
         parse(b"= x")  # type: ignore[arg-type]

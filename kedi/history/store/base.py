@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from itertools import repeat
 from typing import Any, Protocol
@@ -550,7 +550,7 @@ class Store:
             params.append(before_run)
         return [_turn(row) for row in self._read(sql + " ORDER BY seq", params)]
 
-    def turn_summaries(self, session_id: str, *, batch: int = 500) -> Iterator[list[TurnSummary]]:
+    def turn_summaries(self, session_id: str, *, batch: int = 500) -> Generator[list[TurnSummary]]:
         """The session's turns in commit order, as a listing shows them: `TurnSummary` lists of up to `batch`.
 
         Reads only the shown columns, a batch at a time (a long session never
