@@ -16,7 +16,6 @@ from kedi.history.lanes import LaneView
 from kedi.history.messages import (
     Message,
     Part,
-    ToolCall,
     interrupted_result,
     iter_messages,
     pairing_summary,
@@ -88,7 +87,10 @@ class _Pairing:
     arrays (`below[p]` is the open call under call `p`), so the walk creates no
     objects per message and reads each message once (its `pairing_summary`,
     not its fields): linear, and light on the garbage collector and the
-    memory cache.
+    memory cache. The arrays hold numbers, not references: a list of the
+    opened calls would be one more container the collector walks item by item
+    (each item a call object scattered over a long history's memory) and
+    would write the reference count of every call.
 
     The map from id to the top of its stack has two generations: `_young`
     holds the calls opened lately, `_old` the calls that stayed open while
@@ -105,8 +107,8 @@ class _Pairing:
         "_answered",
         "_below",
         "_old",
-        "_opened",
         "_opened_at",
+        "_slot",
         "_young",
         "kept",
         "open",
@@ -121,11 +123,12 @@ class _Pairing:
         self.report = HistoryRepair()
         self.open = 0
         """How many calls no result has answered yet."""
-        # Per opened call, in compact arrays (no int object per entry): the
-        # call, its message's index in `kept`, the open call with the same id
-        # under it (-1 if none), and whether a result answered it.
-        self._opened: list[ToolCall] = []
+        # Per opened call, in compact arrays (no object per entry): its
+        # message's index in `kept`, where the call is in that message's
+        # summary, the open call with the same id under it (-1 if none), and
+        # whether a result answered it.
         self._opened_at = array("q")
+        self._slot = array("q")
         self._below = array("q")
         self._answered = bytearray()
         # call id -> the nearest open call with that id, in one of the two maps
@@ -162,9 +165,9 @@ class _Pairing:
             for index in range(0, len(summary), 3):
                 call_id = summary[index]
                 self._below.append(young.get(call_id, -1))
-                young[call_id] = len(self._opened)
-                self._opened.append(summary[index + 2])
+                young[call_id] = len(self._opened_at)
                 self._opened_at.append(at)
+                self._slot.append(index + 2)
                 self._answered.append(0)
                 self.open += 1
                 if summary[index + 1]:
@@ -191,39 +194,52 @@ class _Pairing:
     def finish(self) -> tuple[list[Message], HistoryRepair]:
         """Close every call still open right after its message; return history and report.
 
-        Ends the walk: with no call open the history is `kept` itself, not a copy.
+        Ends the walk: the history returned is `kept` itself, closed in place
+        rather than copied, so a long history does not make a second list.
         """
-        if not self.open:
-            return self.kept, self.report
-        repaired, closed_ids = self.closed()
-        self.report.synthesized.extend(closed_ids)
-        return repaired, self.report
+        self.report.synthesized.extend(self._close(self.kept))
+        return self.kept, self.report
 
     def closed(self) -> tuple[list[Message], list[str]]:
-        """The kept history with every open call closed, and the closed calls' ids.
+        """A copy of the kept history with every open call closed, and the closed calls' ids.
 
-        Changes nothing, so a growing history can be closed again after more
-        messages; with no call open it is a copy of `kept`.
+        Changes nothing, so a growing history can be closed again after more messages.
         """
-        kept = self.kept
+        repaired = list(self.kept)
+        return repaired, self._close(repaired)
+
+    def _close(self, history: list[Message]) -> list[str]:
+        """Insert into `history` (`kept` or a copy) the interrupted result of every open call.
+
+        Each result goes right after its call's message, in call order; returns
+        their call ids. The results are all built first and then put in place
+        by moving `history`'s tail segments back to front, so no list of the
+        history's length is built here (each is one more object the cyclic
+        collector walks in full while the results' allocations trigger it).
+        """
         if not self.open:
-            return list(kept), []
-        repaired: list[Message] = []
+            return []
+        kept, opened_at, slot, answered = self.kept, self._opened_at, self._slot, self._answered
+        results: list[Message] = []
         ids: list[str] = []
-        opened, opened_at, answered = self._opened, self._opened_at, self._answered
-        copied = 0  # kept[:copied] is in `repaired` already
+        at_positions = array("q")  # where each result's message is in `history`
         position = answered.find(0)
         while position >= 0:  # the open calls, in history order
             at = opened_at[position]
-            if at >= copied:  # the first open call of its message
-                repaired += kept[copied : at + 1]
-                copied = at + 1
-            call = opened[position]
-            repaired.append(interrupted_result(call))
+            call = kept[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
+            results.append(interrupted_result(call))
             ids.append(call.id)
+            at_positions.append(at)
             position = answered.find(0, position + 1)
-        repaired += kept[copied:]
-        return repaired, ids
+        end = len(history)  # history[start:end] is the segment still to move
+        history += results  # the final length; every slot from `end` on is overwritten below
+        for index in range(len(results) - 1, -1, -1):
+            start = at_positions[index] + 1
+            if start < end:  # the messages up to the next result shift by the results before them
+                history[start + index + 1 : end + index + 1] = history[start:end]
+            history[start + index] = results[index]
+            end = start
+        return ids
 
 
 class RequestHistory:
