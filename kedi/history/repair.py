@@ -194,52 +194,39 @@ class _Pairing:
     def finish(self) -> tuple[list[Message], HistoryRepair]:
         """Close every call still open right after its message; return history and report.
 
-        Ends the walk: the history returned is `kept` itself, closed in place
-        rather than copied, so a long history does not make a second list.
-        """
-        self.report.synthesized.extend(self._close(self.kept))
-        return self.kept, self.report
-
-    def closed(self) -> tuple[list[Message], list[str]]:
-        """A copy of the kept history with every open call closed, and the closed calls' ids.
-
-        Changes nothing, so a growing history can be closed again after more messages.
-        """
-        repaired = list(self.kept)
-        return repaired, self._close(repaired)
-
-    def _close(self, history: list[Message]) -> list[str]:
-        """Insert into `history` (`kept` or a copy) the interrupted result of every open call.
-
-        Each result goes right after its call's message, in call order; returns
-        their call ids. The results are all built first and then put in place
-        by moving `history`'s tail segments back to front, so no list of the
-        history's length is built here (each is one more object the cyclic
-        collector walks in full while the results' allocations trigger it).
+        Ends the walk: with no call open the history is `kept` itself, not a copy.
         """
         if not self.open:
-            return []
-        kept, opened_at, slot, answered = self.kept, self._opened_at, self._slot, self._answered
-        results: list[Message] = []
+            return self.kept, self.report
+        repaired, closed_ids = self.closed()
+        self.report.synthesized.extend(closed_ids)
+        return repaired, self.report
+
+    def closed(self) -> tuple[list[Message], list[str]]:
+        """The kept history with every open call closed, and the closed calls' ids.
+
+        Changes nothing, so a growing history can be closed again after more
+        messages; with no call open it is a copy of `kept`.
+        """
+        kept = self.kept
+        if not self.open:
+            return list(kept), []
+        repaired: list[Message] = []
         ids: list[str] = []
-        at_positions = array("q")  # where each result's message is in `history`
+        opened_at, slot, answered = self._opened_at, self._slot, self._answered
+        copied = 0  # kept[:copied] is in `repaired` already
         position = answered.find(0)
         while position >= 0:  # the open calls, in history order
             at = opened_at[position]
+            if at >= copied:  # the first open call of its message
+                repaired += kept[copied : at + 1]
+                copied = at + 1
             call = kept[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
-            results.append(interrupted_result(call))
+            repaired.append(interrupted_result(call))
             ids.append(call.id)
-            at_positions.append(at)
             position = answered.find(0, position + 1)
-        end = len(history)  # history[start:end] is the segment still to move
-        history += results  # the final length; every slot from `end` on is overwritten below
-        for index in range(len(results) - 1, -1, -1):
-            start = at_positions[index] + 1
-            if start < end:  # the messages up to the next result shift by the results before them
-                history[start + index + 1 : end + index + 1] = history[start:end]
-            history[start + index] = results[index]
-            end = start
-        return ids
+        repaired += kept[copied:]
+        return repaired, ids
 
 
 class RequestHistory:
