@@ -4,7 +4,8 @@ A diagnostic for the "repair scaling" figures of `bench/scale.py` (issue 16),
 not a benchmark with a target. For one sample of 100,000 messages at each
 size, the way `bench/history.py`'s `scaling` takes it (one 100k run; ten
 runs on the 100k history's 10k slices; and the previous method: ten runs on
-one separate 10k history, a collection before each), it prints the best CPU
+one separate 10k history, a collection before each, with that history built
+before and after the 100k one), it prints the best CPU
 time over the rounds and, for that best sample: the cyclic collector's
 collections per generation and their time (`gc.callbacks`), the minor page
 faults (`getrusage`), and then, in one untimed pass, how many items of
@@ -116,6 +117,7 @@ def main() -> None:
     """Print the figures for the operation named on the command line (normalize by default)."""
     name = sys.argv[1] if len(sys.argv) > 1 else "normalize"
     operation = {"normalize": normalize_history, "sanitize": sanitize_history}[name]
+    old_history = make_history(SMALL)  # before the 100k one, as bench/history.py builds it
     large = make_history(LARGE)
     samples = {
         "100k: one run": ([large], True),
@@ -124,6 +126,12 @@ def main() -> None:
             False,
         ),
         "10k: one history ten times, collection before each (old)": (
+            [old_history] * (LARGE // SMALL),
+            True,
+        ),
+        # The same as the old method, on a 10k history built after the 100k one:
+        # where its objects lie in memory changes its figure.
+        "10k: the old method, history built after the 100k one": (
             [make_history(SMALL)] * (LARGE // SMALL),
             True,
         ),
