@@ -40,17 +40,19 @@ from kedi.history.lanes import Lane, LaneKey, canonical_digest  # noqa: E402
 SMALL = 10_000
 LARGE = 100_000
 MAX_RATIO = 1.3
-ROUNDS = 10
+ROUNDS = 20
 SMALL_RUNS_PER_ROUND = LARGE // SMALL
 """Both sizes are timed in interleaved rounds (so background load hits both
-alike) on process CPU time, each run after a collection (so one run does not
-pay for the garbage of the previous ones), and the best sample counts: the
-least disturbed by other processes. A sample covers LARGE messages at both
-sizes: one run on the large history, or SMALL_RUNS_PER_ROUND consecutive runs
-on the small one, summed; so both bests are taken over as many samples of
+alike) on process CPU time, and the best sample counts: the least disturbed
+by other processes. A sample covers the same LARGE messages at both sizes:
+one run on the large history, or one run on each of its SMALL_RUNS_PER_ROUND
+consecutive slices, summed; so both bests are taken over as many samples of
 the same length (the best of 100 short runs against the best of 10 long ones
 favoured the small size by 6-25% under load, as a minimum over more draws is
-lower). The collector stays on between the runs."""
+lower) and over the very same message objects, so only the length of a
+history differs between the two. Each sample starts after one collection
+with the collector on; no run is timed freeing its result (see
+`sample_time`)."""
 
 
 @dataclass(frozen=True)
@@ -105,37 +107,74 @@ def make_history(size: int) -> list[Message]:
     return history[:size]
 
 
-def cpu_time(operation: Callable[[list[Message]], object], history: list[Message]) -> float:
-    """CPU seconds of one run of `operation` on `history` (freeing its result not included)."""
+def sample_time(
+    operation: Callable[[list[Message]], object],
+    histories: list[list[Message]],
+    *,
+    collect_each: bool = False,
+) -> float:
+    """CPU seconds of one run of `operation` on each of `histories`, summed.
+
+    One collection first, so the sample starts from the same collector state
+    at both sizes; each result is freed (untimed) before the next run.
+    `collect_each` collects before every run instead: the method before
+    issue 16's fourth pass, kept to print its figure beside the current one.
+    """
     gc.collect()
-    start = time.process_time()
-    result = operation(history)
-    elapsed = time.process_time() - start
-    del result
-    return elapsed
+    total = 0.0
+    for history in histories:
+        if collect_each:
+            gc.collect()
+        start = time.process_time()
+        result = operation(history)
+        total += time.process_time() - start
+        del result
+    return total
 
 
-def scaling(name: str, operation: Callable[[list[Message]], object]) -> list[Row]:
-    """Time `operation` per 10k messages at both sizes, and their ratio."""
-    small, large = make_history(SMALL), make_history(LARGE)
-    # The histories are long-lived input: freeze them so the per-run
-    # `gc.collect()` (and any full collection inside a run) skips them.
+def scaling(
+    name: str, operation: Callable[[list[Message]], object], *, old_method: bool = False
+) -> list[Row]:
+    """Time `operation` per 10k messages at both sizes, and their ratio.
+
+    The small size runs on the large history cut into SMALL_RUNS_PER_ROUND
+    consecutive 10k lanes. Until issue 16's fourth pass it ran ten times on
+    one separate 10k history with a collection before each run, which
+    measured two things a user of a 10k history does not get (see "Repair
+    scaling, fourth pass" in bench/README.md): an input the previous run had
+    just read, and a collector whose counters were reset before every run,
+    so that a 10k run never reached the second generation's threshold while
+    a 100k run did four times. `old_method` adds that figure and its ratio.
+    """
+    # Built first, as the old method built it: a 10k history made after the
+    # 100k one measured about a third slower (its objects lie elsewhere).
+    old_lanes = [make_history(SMALL)] * SMALL_RUNS_PER_ROUND if old_method else []
+    large = make_history(LARGE)
+    lanes = [large[start : start + SMALL] for start in range(0, LARGE, SMALL)]
+    # The histories are long-lived input: freeze them so the collections
+    # (before a sample, or inside a run) skip them.
     gc.collect()
     gc.freeze()
-    best_small = best_large = float("inf")
+    best_small = best_large = best_old = float("inf")
     for _ in range(ROUNDS):
-        sample = sum(cpu_time(operation, small) for _ in range(SMALL_RUNS_PER_ROUND))
-        best_small = min(best_small, sample)
-        best_large = min(best_large, cpu_time(operation, large))
+        best_small = min(best_small, sample_time(operation, lanes))
+        best_large = min(best_large, sample_time(operation, [large]))
+        if old_lanes:
+            best_old = min(best_old, sample_time(operation, old_lanes, collect_each=True))
     gc.unfreeze()
-    per_10k_small = best_small * 10_000 / (SMALL * SMALL_RUNS_PER_ROUND)
-    per_10k_large = best_large * 10_000 / LARGE
-    ratio = per_10k_large / per_10k_small
-    return [
-        Row(f"{name}: per 10k messages, 10k history", per_10k_small * 1000, "ms"),
-        Row(f"{name}: per 10k messages, 100k history", per_10k_large * 1000, "ms"),
+    per_10k = 10_000 / LARGE * 1000  # ms per 10k messages, from a sample's seconds
+    ratio = best_large / best_small
+    rows = [
+        Row(f"{name}: per 10k messages, 10k history", best_small * per_10k, "ms"),
+        Row(f"{name}: per 10k messages, 100k history", best_large * per_10k, "ms"),
         Row(f"{name}: ratio 100k/10k (limit {MAX_RATIO})", ratio, "x", ratio <= MAX_RATIO),
     ]
+    if old_lanes:
+        rows += [
+            Row(f"{name}: old method, 10k history", best_old * per_10k, "ms"),
+            Row(f"{name}: old method, ratio 100k/10k", best_large / best_old, "x (old)"),
+        ]
+    return rows
 
 
 def bench_normalize() -> list[Row]:

@@ -16,7 +16,6 @@ from kedi.history.lanes import LaneView
 from kedi.history.messages import (
     Message,
     Part,
-    ToolCall,
     interrupted_result,
     iter_messages,
     pairing_summary,
@@ -88,7 +87,10 @@ class _Pairing:
     arrays (`below[p]` is the open call under call `p`), so the walk creates no
     objects per message and reads each message once (its `pairing_summary`,
     not its fields): linear, and light on the garbage collector and the
-    memory cache.
+    memory cache. The arrays hold numbers, not references: a list of the
+    opened calls would be one more container the collector walks item by item
+    (each item a call object scattered over a long history's memory) and
+    would write the reference count of every call.
 
     The map from id to the top of its stack has two generations: `_young`
     holds the calls opened lately, `_old` the calls that stayed open while
@@ -105,8 +107,8 @@ class _Pairing:
         "_answered",
         "_below",
         "_old",
-        "_opened",
         "_opened_at",
+        "_slot",
         "_young",
         "kept",
         "open",
@@ -121,11 +123,12 @@ class _Pairing:
         self.report = HistoryRepair()
         self.open = 0
         """How many calls no result has answered yet."""
-        # Per opened call, in compact arrays (no int object per entry): the
-        # call, its message's index in `kept`, the open call with the same id
-        # under it (-1 if none), and whether a result answered it.
-        self._opened: list[ToolCall] = []
+        # Per opened call, in compact arrays (no object per entry): its
+        # message's index in `kept`, where the call is in that message's
+        # summary, the open call with the same id under it (-1 if none), and
+        # whether a result answered it.
         self._opened_at = array("q")
+        self._slot = array("q")
         self._below = array("q")
         self._answered = bytearray()
         # call id -> the nearest open call with that id, in one of the two maps
@@ -162,9 +165,9 @@ class _Pairing:
             for index in range(0, len(summary), 3):
                 call_id = summary[index]
                 self._below.append(young.get(call_id, -1))
-                young[call_id] = len(self._opened)
-                self._opened.append(summary[index + 2])
+                young[call_id] = len(self._opened_at)
                 self._opened_at.append(at)
+                self._slot.append(index + 2)
                 self._answered.append(0)
                 self.open += 1
                 if summary[index + 1]:
@@ -210,7 +213,7 @@ class _Pairing:
             return list(kept), []
         repaired: list[Message] = []
         ids: list[str] = []
-        opened, opened_at, answered = self._opened, self._opened_at, self._answered
+        opened_at, slot, answered = self._opened_at, self._slot, self._answered
         copied = 0  # kept[:copied] is in `repaired` already
         position = answered.find(0)
         while position >= 0:  # the open calls, in history order
@@ -218,7 +221,7 @@ class _Pairing:
             if at >= copied:  # the first open call of its message
                 repaired += kept[copied : at + 1]
                 copied = at + 1
-            call = opened[position]
+            call = kept[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
             repaired.append(interrupted_result(call))
             ids.append(call.id)
             position = answered.find(0, position + 1)
