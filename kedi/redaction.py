@@ -204,14 +204,78 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     return _redact(value, _known_spellings(secrets), under_secret=False)
 
 
-def redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], Any]:
-    """`redact` bound to the secrets known now: for many values written together (one turn's columns).
+def json_redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], str]:
+    """`json.dumps(redact(value))` (compact, non-ASCII kept) bound to the secrets known now.
 
-    Finding the known secrets reads the whole environment; a caller masking
-    several values at once pays for that once.
+    What the history store writes for every turn. Most values hold nothing to
+    mask, and walking them in Python costs twice what encoding them does, so
+    a value is encoded first and its JSON text checked as a whole
+    (`_json_may_need_masking`); only when that check cannot rule a secret out
+    is the value masked and encoded again. A value `json` cannot encode
+    without help (bytes, objects) takes the masking path too.
     """
     spellings = _known_spellings(secrets)
-    return lambda value: _redact(value, spellings, under_secret=False)
+    escaped = _json_spellings(spellings)
+
+    def dump(value: Any) -> str:
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_not_plain)
+        except (TypeError, ValueError):
+            text = None
+        if text is not None and not _json_may_need_masking(text, escaped):
+            return text
+        masked = _redact(value, spellings, under_secret=False)
+        return json.dumps(masked, ensure_ascii=False, separators=(",", ":"), default=str)
+
+    return dump
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+@functools.lru_cache(maxsize=64)
+def _json_spellings(spellings: tuple[str, ...]) -> tuple[str, ...]:
+    """Each spelling as it reads inside a JSON string (`\\`, `\"`, control characters escaped).
+
+    JSON escapes character by character, so a string holding a spelling
+    encodes to text holding its escaped form.
+    """
+    return tuple(json.dumps(spelling, ensure_ascii=False)[1:-1] for spelling in spellings)
+
+
+_SECRET_KEY_ENDS = tuple(
+    f'{word}":'
+    for word in ("key", "token", "secret", "password", "credential", "credentials")
+    + ("authorization", "cookie")
+)
+"""How a key that may name a secret ends in compact JSON text, lowercased, `-` and `_` left out:
+the endings `_SECRET_KEY` requires (its exact names end in `authorization`, `key` or `cookie`)."""
+_GITHUB_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+
+
+def _json_may_need_masking(text: str, escaped_spellings: tuple[str, ...]) -> bool:
+    """Whether masking could change the value compact JSON `text` encodes: False only when no rule can match.
+
+    The checks of `_may_need_masking`, on the encoded text as a whole (no
+    regular expression: each is a substring test). Every literal a rule
+    needs survives encoding (ASCII letters and `-_:/@` are never escaped); a
+    known secret reads as its escaped spelling; a key is followed by `":`.
+    Non-ASCII text always takes the masking path, as in `_may_need_masking`.
+    """
+    if not text.isascii():
+        return True
+    if any(spelling in text for spelling in escaped_spellings):
+        return True
+    if ("://" in text and "@" in text) or "sk-" in text or "xox" in text:
+        return True
+    if "gh" in text and any(prefix in text for prefix in _GITHUB_PREFIXES):
+        return True
+    lowered = text.lower()
+    if "bearer" in lowered or "basic" in lowered:
+        return True
+    keys = lowered.replace("-", "").replace("_", "")
+    return any(ending in keys for ending in _SECRET_KEY_ENDS)
 
 
 def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:
