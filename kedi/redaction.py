@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -204,34 +204,46 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     return _redact(value, _known_spellings(secrets), under_secret=False)
 
 
-def json_redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], str]:
-    """`json.dumps(redact(value))` (compact, non-ASCII kept) bound to the secrets known now.
+def redacted_json(values: Sequence[Any], *, secrets: Iterable[str] = ()) -> list[str]:
+    """`json.dumps(redact(value))` of each of `values` (compact, non-ASCII kept).
 
-    What the history store writes for every turn. Most values hold nothing to
-    mask, and walking them in Python costs twice what encoding them does, so
-    a value is encoded first and its JSON text checked as a whole
-    (`_json_may_need_masking`); only when that check cannot rule a secret out
-    is the value masked and encoded again. A value `json` cannot encode
-    without help (bytes, objects) takes the masking path too.
+    What the history store writes: a turn's six columns. Most values hold
+    nothing to mask, and walking them in Python costs twice what encoding
+    them does, so the values are encoded first and their texts checked
+    together (`_json_may_need_masking`, one scan); only when that check
+    cannot rule a secret out is each text checked alone, and a value whose
+    text may hold one is masked and encoded again. A value `json` cannot
+    encode without help (bytes, objects) is always masked first.
     """
     spellings = _known_spellings(secrets)
     escaped = _json_spellings(spellings)
-
-    def dump(value: Any) -> str:
-        try:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_not_plain)
-        except (TypeError, ValueError):
-            text = None
-        if text is not None and not _json_may_need_masking(text, escaped):
-            return text
-        masked = _redact(value, spellings, under_secret=False)
-        return json.dumps(masked, ensure_ascii=False, separators=(",", ":"), default=str)
-
-    return dump
+    plain = [_plain_json(value) for value in values]
+    texts = [text for text in plain if text is not None]
+    if len(texts) == len(plain) and not _json_may_need_masking("\n".join(texts), escaped):
+        return texts
+    return [
+        text
+        if text is not None and not _json_may_need_masking(text, escaped)
+        else _ANY_JSON.encode(_redact(value, spellings, under_secret=False))
+        for value, text in zip(values, plain, strict=True)
+    ]
 
 
 def _not_plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_not_plain)
+_ANY_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+"""Shared encoders (`encode` keeps no state between calls): `json.dumps` with options builds one per call."""
+
+
+def _plain_json(value: Any) -> str | None:
+    """`value` as compact JSON text, or None when `json` cannot encode it without help."""
+    try:
+        return _PLAIN_JSON.encode(value)
+    except (TypeError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=64)

@@ -295,23 +295,30 @@ KNOWN = 'kn0wn\\se"cret'
     ],
 )
 def test_stored_json_masks_exactly_what_redact_masks(value: Any) -> None:
-    """`json_redactor` (every stored turn's columns) writes what encoding `redact`'s copy writes."""
+    """`redacted_json` (every stored turn's columns) writes what encoding `redact`'s copy writes."""
     expected = json.dumps(
         redact(value, secrets=[KNOWN]), ensure_ascii=False, separators=(",", ":"), default=str
     )
-    assert redaction.json_redactor(secrets=[KNOWN])(value) == expected
+    assert redaction.redacted_json([value], secrets=[KNOWN]) == [expected]
+    # checked together with plain values (a turn's columns), it is masked all the same
+    plain = {"label": "<row-0>"}
+    assert redaction.redacted_json([plain, value], secrets=[KNOWN]) == [
+        '{"label":"<row-0>"}',
+        expected,
+    ]
 
 
 def test_stored_json_of_a_value_without_secrets_is_not_walked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The point of `json_redactor`: a plain value is encoded once, never walked value by value."""
+    """The point of `redacted_json`: plain values are encoded once, never walked value by value."""
     value = {
         "messages": [{"role": "user", "content": "Label this ticket: <row-0> [label]."}],
         "output_schema": {"properties": {"label": {"type": "string"}}, "required": ["label"]},
         "usage": {"input_tokens": 10, "max_tokens": 5},
     }
     monkeypatch.setattr(redaction, "_redact", None)  # calling it would fail
-    assert redaction.json_redactor()(value) == json.dumps(
-        value, ensure_ascii=False, separators=(",", ":")
-    )
+    assert redaction.redacted_json([value, None]) == [
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+        "null",
+    ]

@@ -26,7 +26,7 @@ from kedi.history.store.records import (
     encode_lane_key,
 )
 from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
-from kedi.redaction import json_redactor
+from kedi.redaction import redacted_json
 
 __all__ = ["Driver", "Store", "StoreTransaction"]
 
@@ -61,7 +61,8 @@ class Driver(Protocol):
 
 
 def _json(value: Any) -> str:
-    return json_redactor()(value)
+    (text,) = redacted_json([value])
+    return text
 
 
 class StoreTransaction:
@@ -97,7 +98,9 @@ class StoreTransaction:
                 f"no session {turn.session_id!r} in the store (removed while running?)"
             )
         seq = int(rows[0][0])
-        dump = json_redactor()  # the known secrets, found once for the turn's six columns
+        request, messages, rewritten, value, usage, exchanges = redacted_json(
+            [turn.request, turn.messages, turn.rewritten, turn.value, turn.usage, turn.exchanges]
+        )
         self.execute(
             "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
             "messages, rewritten, value, usage, exchanges, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -110,12 +113,12 @@ class StoreTransaction:
                 turn.epoch,
                 turn.run_id,
                 turn.origin,
-                dump(turn.request),
-                dump(turn.messages),
-                None if turn.rewritten is None else dump(turn.rewritten),
-                dump(turn.value),
-                dump(turn.usage),
-                dump(turn.exchanges),
+                request,
+                messages,
+                None if turn.rewritten is None else rewritten,
+                value,
+                usage,
+                exchanges,
                 now,
             ),
         )
