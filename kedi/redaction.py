@@ -2,7 +2,8 @@
 
 Everything kedi writes for people or files (transcripts, stores, error
 messages, reprs, logs) passes through `redact` (JSON-like values) or
-`redact_text` (strings). They mask:
+`redact_text` (strings); the history store's JSON columns through
+`redacted_json`, which masks the same. They mask:
 
 - at any depth, the scalar value under a key that names a secret:
   `authorization`, `proxy-authorization`, `api-key`, `x-api-key`, `cookie`,
@@ -248,7 +249,7 @@ def _plain_json(value: Any) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _json_spellings(spellings: tuple[str, ...]) -> tuple[str, ...]:
-    """Each spelling as it reads inside a JSON string (`\\`, `\"`, control characters escaped).
+    """Each spelling as it reads inside a JSON string (backslashes, quotes, control characters escaped).
 
     JSON escapes character by character, so a string holding a spelling
     encodes to text holding its escaped form.
