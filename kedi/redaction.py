@@ -2,7 +2,8 @@
 
 Everything kedi writes for people or files (transcripts, stores, error
 messages, reprs, logs) passes through `redact` (JSON-like values) or
-`redact_text` (strings). They mask:
+`redact_text` (strings); the history store's JSON columns through
+`redacted_json`, which masks the same. They mask:
 
 - at any depth, the scalar value under a key that names a secret:
   `authorization`, `proxy-authorization`, `api-key`, `x-api-key`, `cookie`,
@@ -36,7 +37,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -204,14 +205,90 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     return _redact(value, _known_spellings(secrets), under_secret=False)
 
 
-def redactor(*, secrets: Iterable[str] = ()) -> Callable[[Any], Any]:
-    """`redact` bound to the secrets known now: for many values written together (one turn's columns).
+def redacted_json(values: Sequence[Any], *, secrets: Iterable[str] = ()) -> list[str]:
+    """`json.dumps(redact(value))` of each of `values` (compact, non-ASCII kept).
 
-    Finding the known secrets reads the whole environment; a caller masking
-    several values at once pays for that once.
+    What the history store writes: a turn's six columns. Most values hold
+    nothing to mask, and walking them in Python costs twice what encoding
+    them does, so the values are encoded first and their texts checked
+    together (`_json_may_need_masking`, one scan); only when that check
+    cannot rule a secret out is each text checked alone, and a value whose
+    text may hold one is masked and encoded again. A value `json` cannot
+    encode without help (bytes, objects) is always masked first.
     """
     spellings = _known_spellings(secrets)
-    return lambda value: _redact(value, spellings, under_secret=False)
+    escaped = _json_spellings(spellings)
+    plain = [_plain_json(value) for value in values]
+    texts = [text for text in plain if text is not None]
+    if len(texts) == len(plain) and not _json_may_need_masking("\n".join(texts), escaped):
+        return texts
+    return [
+        text
+        if text is not None and not _json_may_need_masking(text, escaped)
+        else _ANY_JSON.encode(_redact(value, spellings, under_secret=False))
+        for value, text in zip(values, plain, strict=True)
+    ]
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_not_plain)
+_ANY_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+"""Shared encoders (`encode` keeps no state between calls): `json.dumps` with options builds one per call."""
+
+
+def _plain_json(value: Any) -> str | None:
+    """`value` as compact JSON text, or None when `json` cannot encode it without help."""
+    try:
+        return _PLAIN_JSON.encode(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _json_spellings(spellings: tuple[str, ...]) -> tuple[str, ...]:
+    """Each spelling as it reads inside a JSON string (backslashes, quotes, control characters escaped).
+
+    JSON escapes character by character, so a string holding a spelling
+    encodes to text holding its escaped form.
+    """
+    return tuple(json.dumps(spelling, ensure_ascii=False)[1:-1] for spelling in spellings)
+
+
+_SECRET_KEY_ENDS = tuple(
+    f'{word}":'
+    for word in ("key", "token", "secret", "password", "credential", "credentials")
+    + ("authorization", "cookie")
+)
+"""How a key that may name a secret ends in compact JSON text, lowercased, `-` and `_` left out:
+the endings `_SECRET_KEY` requires (its exact names end in `authorization`, `key` or `cookie`)."""
+_GITHUB_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+
+
+def _json_may_need_masking(text: str, escaped_spellings: tuple[str, ...]) -> bool:
+    """Whether masking could change the value compact JSON `text` encodes: False only when no rule can match.
+
+    The checks of `_may_need_masking`, on the encoded text as a whole (no
+    regular expression: each is a substring test). Every literal a rule
+    needs survives encoding (ASCII letters and `-_:/@` are never escaped); a
+    known secret reads as its escaped spelling; a key is followed by `":`.
+    Non-ASCII text always takes the masking path, as in `_may_need_masking`.
+    """
+    if not text.isascii():
+        return True
+    if any(spelling in text for spelling in escaped_spellings):
+        return True
+    if ("://" in text and "@" in text) or "sk-" in text or "xox" in text:
+        return True
+    if "gh" in text and any(prefix in text for prefix in _GITHUB_PREFIXES):
+        return True
+    lowered = text.lower()
+    if "bearer" in lowered or "basic" in lowered:
+        return True
+    keys = lowered.replace("-", "").replace("_", "")
+    return any(ending in keys for ending in _SECRET_KEY_ENDS)
 
 
 def _redact(value: Any, spellings: tuple[str, ...], *, under_secret: bool) -> Any:

@@ -12,10 +12,12 @@ then leaks, so the grep can never pass vacuously.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
 
@@ -264,3 +266,59 @@ def test_a_secret_put_in_the_environment_later_is_masked(monkeypatch: pytest.Mon
     assert redact_text("value env-secret-value-77 other-secret-value-78") == (
         f"value env-secret-value-77 {MASK}"
     )
+
+
+# --------------------------------------------------------------------------- stored JSON
+
+KNOWN = 'kn0wn\\se"cret'
+"""A known secret with a backslash and a quote: its JSON spelling differs from its raw one."""
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"api_key": 5, "nested": [{"x-Api-Key": "v"}]},
+        {"my_Tok-en_": "v", "Set-Cookie": "c", "proxy-authorization": "p"},
+        {"credentials": {"user": "u", "password": "p"}},
+        {"content": "Bearer abc.def"},
+        {"content": "line\nBEARER\tabc.def"},
+        {"content": "after a newline\nsk-abcdefghijklmnop"},
+        {"content": "ghp_0123456789abcdefghijABCD and xoxb-0123456789-abc"},
+        {"url": "postgresql://user:pw@db.example/x"},
+        {"content": "baſic dXNlcjpwYXNz"},
+        {"content": f"raw {KNOWN}, Python {KNOWN!r}, JSON {json.dumps(KNOWN)}"},
+        {"content": f"Python {KNOWN!r}"},
+        {"token": b"raw bytes", "when": MappingProxyType({"secret": "s"})},
+        ("a tuple", {"key": None, "flag": True}),
+        {"label": "<row-0>", "usage": {"input_tokens": 10, "output_tokens": 5}},
+    ],
+)
+def test_stored_json_masks_exactly_what_redact_masks(value: Any) -> None:
+    """`redacted_json` (every stored turn's columns) writes what encoding `redact`'s copy writes."""
+    expected = json.dumps(
+        redact(value, secrets=[KNOWN]), ensure_ascii=False, separators=(",", ":"), default=str
+    )
+    assert redaction.redacted_json([value], secrets=[KNOWN]) == [expected]
+    # checked together with plain values (a turn's columns), it is masked all the same
+    plain = {"label": "<row-0>"}
+    assert redaction.redacted_json([plain, value], secrets=[KNOWN]) == [
+        '{"label":"<row-0>"}',
+        expected,
+    ]
+
+
+def test_stored_json_of_a_value_without_secrets_is_not_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The point of `redacted_json`: plain values are encoded once, never walked value by value."""
+    value = {
+        "messages": [{"role": "user", "content": "Label this ticket: <row-0> [label]."}],
+        "output_schema": {"properties": {"label": {"type": "string"}}, "required": ["label"]},
+        "usage": {"input_tokens": 10, "max_tokens": 5},
+    }
+    monkeypatch.setattr(redaction, "_redact", None)  # calling it would fail
+    assert redaction.redacted_json([value, None]) == [
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+        "null",
+    ]

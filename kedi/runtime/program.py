@@ -264,7 +264,9 @@ def initial_agent(
     system: str | None, effort: str | None, settings: Mapping[str, Any]
 ) -> AgentState:
     """The agent state a run starts from (API defaults; directives override it)."""
-    agent = AgentState(effort=effort).with_settings(settings)
+    agent = AgentState(effort=effort)
+    if settings:  # most runs have none: no copy of the empty mapping per run
+        agent = agent.with_settings(settings)
     if system:
         row = ast.Row(segments=(ast.Text(value=system),))
         agent = replace(agent, system=SystemText((row,)))

@@ -26,7 +26,7 @@ from kedi.history.store.records import (
     encode_lane_key,
 )
 from kedi.history.store.schema import COMPONENT, LATEST, MIGRATIONS
-from kedi.redaction import redact, redactor
+from kedi.redaction import redacted_json
 
 __all__ = ["Driver", "Store", "StoreTransaction"]
 
@@ -60,8 +60,9 @@ class Driver(Protocol):
         """Release the connection."""
 
 
-def _json(value: Any, mask: Callable[[Any], Any] = redact) -> str:
-    return json.dumps(mask(value), ensure_ascii=False, separators=(",", ":"), default=str)
+def _json(value: Any) -> str:
+    (text,) = redacted_json([value])
+    return text
 
 
 class StoreTransaction:
@@ -97,7 +98,9 @@ class StoreTransaction:
                 f"no session {turn.session_id!r} in the store (removed while running?)"
             )
         seq = int(rows[0][0])
-        mask = redactor()  # the known secrets, found once for the turn's six columns
+        request, messages, rewritten, value, usage, exchanges = redacted_json(
+            [turn.request, turn.messages, turn.rewritten, turn.value, turn.usage, turn.exchanges]
+        )
         self.execute(
             "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
             "messages, rewritten, value, usage, exchanges, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -110,12 +113,12 @@ class StoreTransaction:
                 turn.epoch,
                 turn.run_id,
                 turn.origin,
-                _json(turn.request, mask),
-                _json(turn.messages, mask),
-                None if turn.rewritten is None else _json(turn.rewritten, mask),
-                _json(turn.value, mask),
-                _json(turn.usage, mask),
-                _json(turn.exchanges, mask),
+                request,
+                messages,
+                None if turn.rewritten is None else rewritten,
+                value,
+                usage,
+                exchanges,
                 now,
             ),
         )

@@ -30,8 +30,12 @@ class StoreError(KediError):
 _KEY_FIELDS = ("adapter", "model", "settings", "mcp", "tools", "format")
 
 
+@functools.lru_cache(maxsize=256)
 def encode_lane_key(key: LaneKey) -> str:
-    """The lane key as canonical JSON text (how the store names a lane)."""
+    """The lane key as canonical JSON text (how the store names a lane).
+
+    Cached: every turn names its lane, and a job's turns name a handful.
+    """
     return json.dumps(
         {name: getattr(key, name) for name in _KEY_FIELDS}, sort_keys=True, separators=(",", ":")
     )
