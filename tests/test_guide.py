@@ -1,0 +1,109 @@
+"""Every Kedi example of docs/guide.md is checked as a reader would run it.
+
+The convention, read from each fence's info string (fences of three or four
+backticks; four when the example holds a Python fence):
+
+- `kedi`: the block compiles (`kedi.compile`: parse and static checks).
+- `kedi run FILE [ARGS...]`: the block, saved as FILE, runs with
+  `kedi run FILE ARGS` on the offline model (no `--model`) and exits 0.
+- `kedi error FILE [ARGS...]`: the same command exits 1.
+
+When a `text` fence follows a run or error block (only blank lines between),
+it is the exact stdout of a run, or the exact stderr of an error, minus the
+one-line "no model configured" notice the guide's tutorial shows once.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import kedi
+from kedi.cli import main
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+_FENCE = re.compile(r"^(?P<ticks>`{3,4})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)$", re.M | re.S)
+_OFFLINE_NOTICE = "kedi: no model configured; using the offline model"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One ```kedi block of the guide and what the guide says it does."""
+
+    line: int
+    mode: str
+    """`parse`, `run` or `error`."""
+    file: str
+    args: tuple[str, ...]
+    source: str
+    output: str | None
+    """The following ```text block, if any."""
+
+
+def guide_examples(text: str) -> list[Example]:
+    """The `kedi` blocks of a guide text, each with the `text` block right after it."""
+    fences = list(_FENCE.finditer(text))
+    examples = []
+    for index, fence in enumerate(fences):
+        words = shlex.split(fence["info"])
+        if not words or words[0] != "kedi":
+            continue
+        mode = words[1] if len(words) > 1 else "parse"
+        assert mode in ("parse", "run", "error"), f"unknown kedi block mode {mode!r}"
+        file = words[2] if len(words) > 2 else "example.kedi"
+        output = None
+        following = fences[index + 1] if index + 1 < len(fences) else None
+        if (
+            following is not None
+            and following["info"].strip() == "text"
+            and not text[fence.end() : following.start()].strip()
+        ):
+            output = following["body"]
+        line = text.count("\n", 0, fence.start()) + 1
+        examples.append(
+            Example(line, mode, file, tuple(words[3:]), fence["body"], output)
+        )
+    return examples
+
+
+EXAMPLES = guide_examples(GUIDE.read_text(encoding="utf-8"))
+
+
+def _without_notice(stream: str) -> str:
+    return "".join(
+        line for line in stream.splitlines(keepends=True) if not line.startswith(_OFFLINE_NOTICE)
+    )
+
+
+def test_the_guide_has_examples_of_every_kind() -> None:
+    modes = [example.mode for example in EXAMPLES]
+    assert modes.count("run") >= 10 and modes.count("error") >= 3
+    assert sum(example.output is not None for example in EXAMPLES) >= 12
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.file}:{e.line}" for e in EXAMPLES])
+def test_a_guide_example_does_what_the_guide_says(
+    example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("KEDI_MODEL", "KEDI_ADAPTER", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    if example.mode == "parse":
+        kedi.compile(example.source, path=example.file)
+        return
+    monkeypatch.chdir(tmp_path)
+    Path(example.file).write_text(example.source, encoding="utf-8")
+    result = CliRunner().invoke(main, ["run", example.file, *example.args])
+    where = f"docs/guide.md:{example.line}"
+    if example.mode == "run":
+        assert result.exit_code == 0, f"{where}\n{result.output}"
+        shown = result.stdout
+    else:
+        assert result.exit_code == 1, f"{where}\n{result.output}"
+        shown = _without_notice(result.stderr)
+    if example.output is not None:
+        assert shown.rstrip("\n") == example.output.rstrip("\n"), where
