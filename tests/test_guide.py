@@ -65,9 +65,7 @@ def guide_examples(text: str) -> list[Example]:
         ):
             output = following["body"]
         line = text.count("\n", 0, fence.start()) + 1
-        examples.append(
-            Example(line, mode, file, tuple(words[3:]), fence["body"], output)
-        )
+        examples.append(Example(line, mode, file, tuple(words[3:]), fence["body"], output))
     return examples
 
 
@@ -107,3 +105,36 @@ def test_a_guide_example_does_what_the_guide_says(
         shown = _without_notice(result.stderr)
     if example.output is not None:
         assert shown.rstrip("\n") == example.output.rstrip("\n"), where
+
+
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} (?P<title>.+)$", re.M)
+
+
+def _anchor(title: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_the_guide_links_only_to_pages_and_sections_that_exist() -> None:
+    """A fresh clone is enough: no link leaves the repository or misses a heading."""
+    text = GUIDE.read_text(encoding="utf-8")
+    links = [match["target"] for match in _LINK.finditer(text)]
+    assert len(links) >= 15
+    for target in links:
+        page, _, anchor = target.partition("#")
+        assert not page.startswith(("http", "..", "/")), target
+        path = GUIDE.parent / page if page else GUIDE
+        assert path.is_file(), target
+        if anchor:
+            headings = _HEADING.findall(path.read_text(encoding="utf-8"))
+            assert anchor in {_anchor(title) for title in headings}, target
+
+
+def test_readme_and_the_language_page_point_new_users_to_the_guide() -> None:
+    docs = GUIDE.parent
+    assert "](docs/guide.md)" in (docs.parent / "README.md").read_text(encoding="utf-8")
+    language_top = (docs / "language.md").read_text(encoding="utf-8")[:400]
+    assert "](guide.md)" in language_top
+    for page in (docs.parent / "README.md", *docs.glob("*.md")):
+        assert "shared/spec" not in page.read_text(encoding="utf-8"), page.name
