@@ -11,6 +11,10 @@ backticks; four when the example holds a Python fence):
 When a `text` fence follows a run or error block (only blank lines between),
 it is the exact stdout of a run, or the exact stderr of an error, minus the
 one-line "no model configured" notice the guide's tutorial shows once.
+A `sh` fence holding one `kedi run` command and followed by a `text` fence
+is run the same way (the shipped `examples/` beside it) and prints exactly
+that text; tests/test_docs_commands.py runs every other `sh` command.
+Examples run in a fresh directory where `examples/` is the shipped folder.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 import kedi
 from kedi.cli import main
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+REPO = Path(__file__).resolve().parents[1]
+GUIDE = REPO / "docs" / "guide.md"
 _FENCE = re.compile(r"^(?P<ticks>`{3,4})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)$", re.M | re.S)
 _OFFLINE_NOTICE = "kedi: no model configured; using the offline model"
 
@@ -69,13 +74,40 @@ def guide_examples(text: str) -> list[Example]:
     return examples
 
 
+def shell_examples(text: str) -> list[Example]:
+    """The `sh` blocks of one `kedi run` command that a `text` block follows, as run examples."""
+    found = []
+    fences = list(_FENCE.finditer(text))
+    for fence, following in zip(fences, fences[1:], strict=False):
+        words = shlex.split(fence["body"])
+        if (
+            fence["info"].strip() == "sh"
+            and words[:2] == ["kedi", "run"]
+            and following["info"].strip() == "text"
+            and not text[fence.end() : following.start()].strip()
+        ):
+            line = text.count("\n", 0, fence.start()) + 1
+            found.append(Example(line, "run", words[2], tuple(words[3:]), "", following["body"]))
+    return found
+
+
 EXAMPLES = guide_examples(GUIDE.read_text(encoding="utf-8"))
+COMMANDS = shell_examples(GUIDE.read_text(encoding="utf-8"))
 
 
 def _without_notice(stream: str) -> str:
     return "".join(
         line for line in stream.splitlines(keepends=True) if not line.startswith(_OFFLINE_NOTICE)
     )
+
+
+def _run(example: Example, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Result:
+    """`kedi run FILE ARGS` in `folder`, the example saved there (a shell command's file ships)."""
+    (folder / "examples").symlink_to(REPO / "examples")
+    monkeypatch.chdir(folder)
+    if example.source:
+        Path(example.file).write_text(example.source, encoding="utf-8")
+    return CliRunner().invoke(main, ["run", example.file, *example.args])
 
 
 def test_the_guide_has_examples_of_every_kind() -> None:
@@ -93,9 +125,7 @@ def test_a_guide_example_does_what_the_guide_says(
     if example.mode == "parse":
         kedi.compile(example.source, path=example.file)
         return
-    monkeypatch.chdir(tmp_path)
-    Path(example.file).write_text(example.source, encoding="utf-8")
-    result = CliRunner().invoke(main, ["run", example.file, *example.args])
+    result = _run(example, tmp_path, monkeypatch)
     where = f"docs/guide.md:{example.line}"
     if example.mode == "run":
         assert result.exit_code == 0, f"{where}\n{result.output}"
@@ -138,3 +168,22 @@ def test_readme_and_the_language_page_point_new_users_to_the_guide() -> None:
     assert "](guide.md)" in language_top
     for page in (docs.parent / "README.md", *docs.glob("*.md")):
         assert "shared/spec" not in page.read_text(encoding="utf-8"), page.name
+
+
+@pytest.mark.parametrize("example", COMMANDS, ids=[f"{e.file}:{e.line}" for e in COMMANDS])
+def test_a_guide_command_prints_what_the_guide_shows(
+    example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("KEDI_MODEL", "KEDI_ADAPTER", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    result = _run(example, tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == (example.output or "").rstrip("\n")
+
+
+def test_the_tutorial_program_is_the_shipped_example() -> None:
+    first = EXAMPLES[0]
+    assert first.file == "summary.kedi"
+    shipped = REPO / "examples" / "guide" / "summary.kedi"
+    assert shipped.read_text(encoding="utf-8") == first.source
+    assert len(COMMANDS) >= 2
