@@ -10,7 +10,8 @@ backticks; four when the example holds a Python fence):
 
 When a `text` fence follows a run or error block (only blank lines between),
 it is the exact stdout of a run, or the exact stderr of an error, minus the
-one-line "no model configured" notice the guide's tutorial shows once.
+one-line "no model configured" notice the guide's tutorial shows once, and
+with each run id (a fresh UUID every run) written `RUN_ID`.
 A `sh` fence holding one `kedi run` command and followed by a `text` fence
 is run the same way (the shipped `examples/` beside it) and prints exactly
 that text; tests/test_docs_commands.py runs every other `sh` command.
@@ -33,6 +34,7 @@ from kedi.cli import main
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "guide.md"
 _FENCE = re.compile(r"^(?P<ticks>`{3,4})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)$", re.M | re.S)
+_RUN_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _OFFLINE_NOTICE = "kedi: no model configured; using the offline model"
 
 
@@ -132,7 +134,7 @@ def test_a_guide_example_does_what_the_guide_says(
         shown = result.stdout
     else:
         assert result.exit_code == 1, f"{where}\n{result.output}"
-        shown = _without_notice(result.stderr)
+        shown = _RUN_ID.sub("RUN_ID", _without_notice(result.stderr))
     if example.output is not None:
         assert shown.rstrip("\n") == example.output.rstrip("\n"), where
 
