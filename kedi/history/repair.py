@@ -7,7 +7,7 @@ and run in time linear in the history length.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +16,7 @@ from kedi.history.lanes import LaneView
 from kedi.history.messages import (
     Message,
     Part,
+    as_messages,
     interrupted_result,
     iter_messages,
     pairing_summary,
@@ -83,6 +84,14 @@ strings, which lie scattered over a long history's memory."""
 class _Pairing:
     """The C3 walk, fed one message at a time so callers filter and repair in one pass.
 
+    The walk only decides: which results it drops (their positions among
+    the messages walked) and which calls stay open. `closed` then assembles
+    the repaired history from the walked messages in slices, so a long
+    history makes one new list, not a list of the kept messages and then
+    the repaired one: each young list of history length is one more that
+    the garbage collector walks item by item, and at 100k messages those
+    items lie out of the memory cache (bench/README.md, "Repair scaling").
+
     Open calls form one LIFO stack per id, kept as a linked list over parallel
     arrays (`below[p]` is the open call under call `p`), so the walk creates no
     objects per message and reads each message once (its `pairing_summary`,
@@ -110,23 +119,27 @@ class _Pairing:
         "_opened_at",
         "_slot",
         "_young",
-        "kept",
+        "dropped_at",
         "open",
         "report",
+        "walked",
     )
 
     _YOUNG_LIMIT = 256
     """Open calls the young map holds before they move to the old one."""
 
     def __init__(self) -> None:
-        self.kept: list[Message] = []
         self.report = HistoryRepair()
+        self.walked = 0
+        """How many messages the walk has read."""
+        self.dropped_at = array("q")
+        """The positions (among the walked messages) of the results dropped."""
         self.open = 0
         """How many calls no result has answered yet."""
         # Per opened call, in compact arrays (no object per entry): its
-        # message's index in `kept`, where the call is in that message's
-        # summary, the open call with the same id under it (-1 if none), and
-        # whether a result answered it.
+        # message's position among the walked ones, where the call is in that
+        # message's summary, the open call with the same id under it (-1 if
+        # none), and whether a result answered it.
         self._opened_at = array("q")
         self._slot = array("q")
         self._below = array("q")
@@ -136,20 +149,23 @@ class _Pairing:
         self._old: dict[object, int] = {}  # str keys, and `_STORED_HASHES`
 
     def add(self, message: Message) -> None:
-        """Walk one message: keep it, or drop it if it is an unmatched tool result."""
+        """Walk one message: it is kept, unless it is a tool result that answers no open call."""
         try:
             summary = message._pairing  # type: ignore[attr-defined]  # see pairing_summary
         except AttributeError:  # built without validation: summarize it once
             summary = pairing_summary(message)
+        at = self.walked
+        self.walked = at + 1
         if summary is None:
-            self.kept.append(message)
-        elif summary.__class__ is str:  # a tool result answering call `summary`
+            return
+        if summary.__class__ is str:  # a tool result answering call `summary`
             top = self._young
             nearest = top.get(summary, -1)
             if nearest < 0:
                 top = self._old
                 if not top or (nearest := top.get(summary, -1)) < 0:
                     self.report.dropped.append(summary)
+                    self.dropped_at.append(at)
                     return
             self._answered[nearest] = 1
             self.open -= 1
@@ -158,10 +174,8 @@ class _Pairing:
                 del top[summary]  # the map holds only open calls
             else:
                 top[summary] = under
-            self.kept.append(message)
         else:  # an assistant message opening calls: (id, truncated, call) each
             young = self._young
-            at = len(self.kept)
             for index in range(0, len(summary), 3):
                 call_id = summary[index]
                 self._below.append(young.get(call_id, -1))
@@ -174,7 +188,6 @@ class _Pairing:
                     self.report.truncated.append(call_id)
             if len(young) > self._YOUNG_LIMIT:
                 self._age()
-            self.kept.append(message)
 
     def _age(self) -> None:
         """Move the young map's calls into the old map, above the old calls with the same ids."""
@@ -191,41 +204,52 @@ class _Pairing:
             old[call_id] = top
         young.clear()
 
-    def finish(self) -> tuple[list[Message], HistoryRepair]:
-        """Close every call still open right after its message; return history and report.
-
-        Ends the walk: with no call open the history is `kept` itself, not a copy.
-        """
-        if not self.open:
-            return self.kept, self.report
-        repaired, closed_ids = self.closed()
+    def finish(self, walked: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
+        """End the walk of `walked`: the repaired history (a new list) and the report."""
+        repaired, closed_ids = self.closed(walked)
         self.report.synthesized.extend(closed_ids)
         return repaired, self.report
 
-    def closed(self) -> tuple[list[Message], list[str]]:
-        """The kept history with every open call closed, and the closed calls' ids.
+    def closed(self, walked: Sequence[Message]) -> tuple[list[Message], list[str]]:
+        """`walked` (the messages walked, in order) repaired, and the ids of the calls closed.
 
-        Changes nothing, so a growing history can be closed again after more
-        messages; with no call open it is a copy of `kept`.
+        Dropped results are left out; each call still open is closed by the
+        interrupted result right after its message, in call order. Changes
+        nothing, so a growing history can be closed again after more messages.
         """
-        kept = self.kept
-        if not self.open:
-            return list(kept), []
-        repaired: list[Message] = []
+        # The results first, so no new list of history length is alive (and
+        # walked by the collector) while they are made.
+        results: list[Message] = []
         ids: list[str] = []
+        after = array("q")  # the walked position each result follows
         opened_at, slot, answered = self._opened_at, self._slot, self._answered
-        copied = 0  # kept[:copied] is in `repaired` already
-        position = answered.find(0)
+        position = answered.find(0) if self.open else -1
         while position >= 0:  # the open calls, in history order
             at = opened_at[position]
-            if at >= copied:  # the first open call of its message
-                repaired += kept[copied : at + 1]
-                copied = at + 1
-            call = kept[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
-            repaired.append(interrupted_result(call))
+            call = walked[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
+            results.append(interrupted_result(call))
             ids.append(call.id)
+            after.append(at)
             position = answered.find(0, position + 1)
-        repaired += kept[copied:]
+        repaired: list[Message] = []
+        dropped = self.dropped_at
+        copied = 0  # walked[:copied] is in `repaired` already, or dropped
+        next_drop = next_result = 0
+        end = len(walked)
+        while next_drop < len(dropped) or next_result < len(results):
+            # A dropped result is never an assistant message that a result follows.
+            drop = dropped[next_drop] if next_drop < len(dropped) else end
+            follows = after[next_result] if next_result < len(results) else end
+            if drop < follows:
+                repaired += walked[copied:drop]
+                copied = drop + 1
+                next_drop += 1
+            else:
+                repaired += walked[copied : follows + 1]
+                copied = follows + 1
+                repaired.append(results[next_result])
+                next_result += 1
+        repaired += walked[copied:]
         return repaired, ids
 
 
@@ -236,25 +260,27 @@ class RequestHistory:
     so a call on a long lane costs its new messages, not the lane.
     """
 
-    __slots__ = ("_pairing", "_tokens")
+    __slots__ = ("_pairing", "_tokens", "_walked")
 
     def __init__(self) -> None:
         self._pairing = _Pairing()
+        self._walked: list[Message] = []
         self._tokens = 0
 
     def extend(self, messages: Iterable[Message | Mapping[str, Any]]) -> None:
-        """Walk appended messages (system messages are not sent, so not kept)."""
+        """Walk appended messages (system messages are not sent, so not walked)."""
         pairing = self._pairing
         for message in iter_messages(messages):
             if message.role != "system":
-                kept = len(pairing.kept)
+                dropped = len(pairing.dropped_at)
                 pairing.add(message)
-                if len(pairing.kept) != kept:
+                self._walked.append(message)
+                if len(pairing.dropped_at) == dropped:
                     self._tokens += message_tokens(message)
 
     def messages(self) -> list[Message]:
         """The history a request sends: what `repair_for_request` returns for the lane."""
-        return self._pairing.closed()[0]
+        return self._pairing.closed(self._walked)[0]
 
     def tokens(self) -> int | None:
         """`estimate_tokens(self.messages())`, or None when open calls get synthesized results."""
@@ -273,10 +299,22 @@ def normalize_history(messages: HistoryInput) -> tuple[list[Message], HistoryRep
     never moved and nothing else is rewritten. System messages are kept.
     Deterministic and idempotent.
     """
+    # The repaired history is assembled from the walked messages: the input
+    # list itself while it holds only `Message` objects (no copy of a long
+    # history); from the first other item on, a new list of `Message` objects.
+    if type(messages) is list:
+        pairing = _Pairing()
+        for message in messages:
+            if message.__class__ is not Message:
+                break
+            pairing.add(message)
+        else:
+            return pairing.finish(messages)
+    walked = as_messages(messages)
     pairing = _Pairing()
-    for message in iter_messages(messages):
+    for message in walked:
         pairing.add(message)
-    return pairing.finish()
+    return pairing.finish(walked)
 
 
 def repair_for_request(messages: HistoryInput) -> list[Message]:
@@ -289,10 +327,12 @@ def repair_for_request(messages: HistoryInput) -> list[Message]:
         if state is not None:
             return state.messages()
     pairing = _Pairing()
+    walked = []
     for message in iter_messages(messages):
         if message.role != "system":
             pairing.add(message)
-    return pairing.finish()[0]
+            walked.append(message)
+    return pairing.finish(walked)[0]
 
 
 def request_history_tokens(messages: HistoryInput) -> int | None:
@@ -338,6 +378,7 @@ def sanitize_history(messages: HistoryInput) -> tuple[list[Message], SanitizeRep
     system_prompts = 0
     unsafe: list[UnsafePart] = []
     pairing = _Pairing()
+    walked: list[Message] = []
     for index, message in enumerate(iter_messages(messages)):
         if message.role == "system":
             system_prompts += 1
@@ -347,7 +388,8 @@ def sanitize_history(messages: HistoryInput) -> tuple[list[Message], SanitizeRep
         if message.role == "user" and not message.content and not message.parts:
             continue
         pairing.add(message)
-    repaired, repair = pairing.finish()
+        walked.append(message)
+    repaired, repair = pairing.finish(walked)
     return repaired, SanitizeReport(system_prompts, unsafe, repair)
 
 
