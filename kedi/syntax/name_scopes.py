@@ -181,6 +181,8 @@ def type_refs(expr: ast.TypeExpr | None) -> Iterator[Ref]:
     pending = [expr]
     while pending:
         match pending.pop():
+            case ast.TypeName(name="..."):
+                pass  # `tuple[int, ...]`: Python's Ellipsis, not a name
             case ast.TypeName(name=name, span=span):
                 yield Ref(name.partition(".")[0], span, "type")
             case ast.TypeSubscript(base=base, args=args):

@@ -240,6 +240,20 @@ def test_unknown_types_are_reported_wherever_a_type_is_written() -> None:
     ]
 
 
+def test_an_ellipsis_type_argument_is_not_a_name() -> None:
+    assert (
+        check(
+            """
+        [x: tuple[int, ...]] = `(1, 2)`
+        @f(a: tuple[str, ...]) -> tuple[int, ...]:
+          = `(1,)`
+        >> Count [counts: tuple[int, ...]]
+        """
+        )
+        == []
+    )
+
+
 def test_signature_types_resolve_where_the_procedure_is_defined() -> None:
     assert messages(
         """
