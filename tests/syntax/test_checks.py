@@ -323,7 +323,7 @@ def test_python_that_does_not_parse_binds_nothing() -> None:
         ```
         = <value>
         """
-    ) == ["unknown name `value`"]
+    ) == ["invalid Python in a fence: '(' was never closed", "unknown name `value`"]
 
 
 def test_python_warnings_do_not_escape() -> None:
@@ -333,6 +333,136 @@ def test_python_warnings_do_not_escape() -> None:
 
 def test_backtick_python_is_not_checked() -> None:
     assert check("= `undefined_name + 1` <`also_undefined`>\n") == []
+
+
+# --------------------------------------------------------------------------- embedded Python
+
+
+def located(source: str) -> list[tuple[int, int, str, str]]:
+    """(line, column, message, caret line) of every diagnostic of dedented `source`, checked with its text."""
+    text = textwrap.dedent(source).lstrip("\n")
+    found = check_module(parse(text, "flow.kedi"), source=SourceFile(text, "flow.kedi"))
+    return [
+        (d.line, d.column, d.message, d.render("t", "k").splitlines()[4].strip()) for d in found
+    ]
+
+
+def test_python_syntax_errors_in_backticks_are_reported_at_the_python_column() -> None:
+    assert located(
+        """
+        [x: int] = `f(`
+        >> Say <`1 +`> and `  2 * * 3` now [y]
+        @g(a: int = `(`, b: `list[` = `[]`) -> int:
+          = `a`
+        ~Row(n: int = `1 +* 2`)
+        `import`
+        """
+    ) == [
+        (1, 14, "invalid Python in backticks: '(' was never closed", "^"),
+        (2, 13, "invalid Python in backticks: invalid syntax", "^"),  # the end of `1 +`
+        (2, 27, "invalid Python in backticks: invalid syntax", "^"),  # the second `*`
+        (3, 14, "invalid Python in backticks: '(' was never closed", "^"),
+        (3, 26, "invalid Python in backticks: '[' was never closed", "^"),
+        (5, 19, "invalid Python in backticks: invalid syntax", "^"),
+        (6, 8, "invalid Python in backticks: invalid syntax", "^"),  # just past `import`
+    ]
+
+
+def test_python_syntax_errors_in_fences_are_reported_at_their_kedi_line() -> None:
+    assert located(
+        """
+        @g(a: int) -> int:
+            [z] = ```
+                if a
+                    return 1
+                ```
+            = `z`
+        ```
+        def f():
+            nonlocal q
+        ```
+        = ok
+        """
+    ) == [
+        (3, 13, "invalid Python in a fence: expected ':'", "^"),  # just past `if a`
+        (9, 5, "`nonlocal q` cannot rebind a Kedi binding; use `global q`", "^^^^^^^^^^"),
+    ]
+
+
+def test_python_the_runtime_accepts_is_not_reported() -> None:
+    assert (
+        check(
+            """
+        ```
+        import json
+        ```
+        [prefix] = id
+        [key] = `<prefix> + ":" + json.dumps(1)`
+        [total: int] = ```
+            total = 0
+            for n in range(3):
+                if n == 2:
+                    return total
+                total += n
+            return -1
+            ```
+        `await_later = lambda: None`
+        >> Sort <`sorted([3, 1], key=lambda n: -n)`> [order: list[int]]
+        @test: check_me:
+          > case: passes:
+            `assert check_me() == 1`
+        @check_me() -> int:
+          = `1`
+        = ```
+        return <total>
+        ```
+        """
+        )
+        == []
+    )
+
+
+def test_a_python_syntax_error_in_a_test_case_is_left_to_kedi_test() -> None:
+    """A broken case fails alone, at its line, when `kedi test` runs the others."""
+    assert (
+        check(
+            """
+        @double(n: int) -> int:
+          = `n * 2`
+        @test: double:
+          > case: broken:
+            `assert double(2) == `
+        """
+        )
+        == []
+    )
+
+
+def test_nonlocal_for_a_kedi_binding_says_what_the_runtime_says() -> None:
+    assert located(
+        """
+        [count: int] = `0`
+        ```
+        nonlocal count
+        def bump():
+            nonlocal count
+        ```
+        = ok
+        """
+    ) == [
+        (
+            3,
+            1,
+            "`nonlocal count` cannot rebind a Kedi binding; use `global count`",
+            "^^^^^^^^^^^^^^",
+        )
+    ]
+
+
+def test_a_nul_byte_in_python_is_reported_not_raised() -> None:
+    assert messages("= `1\x00`\n") == [
+        "invalid Python in backticks: source code string cannot contain null bytes"
+    ]
 
 
 def test_builtins_args_and_known_globals_resolve() -> None:
