@@ -462,3 +462,20 @@ def test_an_id_prefix_under_4_characters_is_asked_for_more_by_show_and_rm(chat: 
     assert kedi("history", "show", listed["id"][:4]).returncode == 0
     assert kedi("history", "rm", listed["id"][:4]).returncode == 0
     assert sessions() == []
+
+
+def test_a_failed_import_names_the_file_once(tmp_path: Path) -> None:
+    lane = {"adapter": "pydantic", "model": "m", "settings": "", "mcp": "", "tools": ""}
+    bad = {
+        "native.json": {**lane, "format": "pydantic"},
+        "portable.json": {**lane, "adapter": "offline", "format": "portable"},
+    }
+    for file, key in bad.items():
+        path = tmp_path / file
+        turn = {"lane": key, "messages": [{"role": "bogus", "kind": "nonsense"}]}
+        path.write_text(json.dumps({"kedi_session_export": 1, "session": {}, "turns": [turn]}))
+        refused = kedi("history", "import", str(path))
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert refused.stderr.count(str(path)) == 1, refused.stderr
+        assert f"{path}: turns[0]: " in refused.stderr
+        assert "HistoryError:" not in refused.stderr
