@@ -15,7 +15,6 @@ in prompt text) reads options kedi cannot list, and nothing is refused.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +57,8 @@ def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: s
     unknown = [name for name in given if name not in read.lines]
     if not unknown:
         return None
+    import difflib  # only on this error path: `kedi --help` imports this module
+
     name = unknown[0]
     close = difflib.get_close_matches(name, read.lines, n=1)
     guess = f"; did you mean {_flag(close[0])}?" if close else ""
