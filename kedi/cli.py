@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kedi.cli_options import endpoint_options
 from kedi.errors import KediError
 
 if TYPE_CHECKING:
@@ -293,21 +294,7 @@ def main() -> None:
 )
 @click.option("--record", is_flag=True, help="With --replay: run live and re-record that run.")
 @click.option("-v", "--verbose", count=True, help="Log tool failures and retries (-vv: debug).")
-@click.option(
-    "--base-url",
-    metavar="URL",
-    help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).",
-)
-@click.option(
-    "--api-key-env",
-    metavar="NAME",
-    help="Read the API key from environment variable NAME (default OPENAI_API_KEY).",
-)
-@click.option(
-    "--structured-mode",
-    type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]),
-    help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, the structured_mode setting, auto).",
-)
+@endpoint_options
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -595,27 +582,35 @@ def expand(file: str) -> None:
     help="History kept (whole turns).",
 )
 @click.option("--quiet", is_flag=True, help="Hide notices (never replies or errors).")
+@endpoint_options
 def chat(
-    adapter: str | None, model: str | None, system: str | None, max_messages: int, quiet: bool
+    adapter: str | None,
+    model: str | None,
+    system: str | None,
+    max_messages: int,
+    quiet: bool,
+    **endpoint: str | None,
 ) -> None:
     """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
+    from kedi.adapters.endpoint import command_line_options
     from kedi.cli_chat import chat_loop
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
 
     try:
-        chat_loop(
-            read=sys.stdin,
-            write=write,
-            notice=lambda text: click.echo(text, err=True),
-            interactive=sys.stdin.isatty(),
-            max_messages=max_messages,
-            adapter=adapter,
-            model=model,
-            system=system,
-            quiet=quiet,
-        )
+        with command_line_options(**endpoint):
+            chat_loop(
+                read=sys.stdin,
+                write=write,
+                notice=lambda text: click.echo(text, err=True),
+                interactive=sys.stdin.isatty(),
+                max_messages=max_messages,
+                adapter=adapter,
+                model=model,
+                system=system,
+                quiet=quiet,
+            )
     except KediError as error:
         _fail(error)
     except KeyboardInterrupt:

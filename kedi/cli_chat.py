@@ -18,11 +18,13 @@ commits nothing; the chat goes on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import IO, Any
 
 from kedi.adapters import create_adapter
+from kedi.adapters.base import Usage
 from kedi.errors import KediError, KediExecutionError
-from kedi.history.lanes import Conversation
+from kedi.history.lanes import Conversation, LaneKey
 from kedi.runtime.program import Program, compile_program
 
 PROMPT = "you> "
@@ -56,6 +58,8 @@ def chat_loop(
     """
     program = chat_program(max_messages)
     conversation = Conversation()
+    usages: list[Usage] = []
+    """Each kept turn's token counts, oldest first (for `/save`)."""
     adapter, model = run_options.pop("adapter", None), run_options.pop("model", None)
     if adapter is not None or model is not None:
         # One adapter for the whole chat: a `script:` model's replies run on from turn to turn.
@@ -78,21 +82,22 @@ def chat_loop(
             if command == "/exit":
                 return
             if command == "/reset":
-                conversation = Conversation()
+                conversation, usages = Conversation(), []
                 notice("(new conversation)")
             elif command == "/save" and argument.strip():
-                _save(conversation, argument.strip(), notice)
+                _save(conversation, usages, argument.strip(), notice)
             else:
                 notice(f"unknown command {text!r}; {HELP}")
             continue
         try:
-            reply = program.run_sync(
-                args={"message": text}, conversation=conversation, **run_options
+            ran = program.run_sync(
+                args={"message": text}, conversation=conversation, result=True, **run_options
             )
         except KediError as error:
             notice(_turn_failure(error))
             continue
-        write(f"{reply}\n")
+        usages.append(ran.usage)
+        write(f"{ran.value}\n")
         run_options["quiet"] = True  # notices (such as the offline one) once per chat, not per turn
 
 
@@ -108,19 +113,27 @@ def _turn_failure(error: KediError) -> str:
     return f"error: {cause}: {error.message} (the turn was not kept)"
 
 
-def _save(conversation: Conversation, name: str, notice: Callable[[str], None]) -> None:
+def _save(
+    conversation: Conversation, usages: list[Usage], name: str, notice: Callable[[str], None]
+) -> None:
     try:
         if name.endswith(".json"):
             conversation.save(name)
             notice(f"(saved the conversation to {name})")
         else:
-            notice(_store_session(conversation, name))
+            notice(_store_session(conversation, usages, name))
     except KediError as error:
         notice(error.render())
 
 
-def _store_session(conversation: Conversation, name: str) -> str:
-    """Store the chat as the session `name`: one turn per prompt (a user message) and what follows."""
+def _store_session(conversation: Conversation, usages: list[Usage], name: str) -> str:
+    """Store the chat as the session `name`: one turn per prompt (a user message) and what follows.
+
+    The session names the adapter and model of its lane, as a recorded run
+    does; each turn carries its token counts (`usages`, one per chat turn: a
+    lane trimmed to `max_messages` keeps the latest turns, so they pair up from
+    the end; a native lane, stored as one turn, gets their sum).
+    """
     from kedi.history.lanes import PORTABLE
     from kedi.history.persistence import dump_lane_messages
     from kedi.history.store import StoreError, TurnRecord, open_store
@@ -131,7 +144,9 @@ def _store_session(conversation: Conversation, name: str) -> str:
     try:
         if store.find_session(name) is not None:
             raise StoreError(f"a session named {name!r} already exists; /save another name")
-        session = store.create_session(name=name, program="kedi chat")
+        keys = list(conversation.lanes)
+        model = next((_model_label(key) for key in keys), "")
+        session = store.create_session(name=name, program="kedi chat", model=model)
         run_no = store.begin_run(session.id, program="kedi chat")
         for key, lane in conversation.lanes.items():
             data = dump_lane_messages(key, lane.messages)
@@ -142,7 +157,12 @@ def _store_session(conversation: Conversation, name: str) -> str:
                 if not turns or (key.format == PORTABLE and message.get("role") == "user"):
                     turns.append([])
                 turns[-1].append(message)
-            for messages in turns:
+            if key.format == PORTABLE:
+                counts = usages[-len(turns) :]
+                counts = [Usage()] * (len(turns) - len(counts)) + counts
+            else:
+                counts = [sum(usages, Usage())]
+            for messages, usage in zip(turns, counts, strict=True):
                 store.commit_turn(
                     TurnRecord(
                         session_id=session.id,
@@ -150,9 +170,15 @@ def _store_session(conversation: Conversation, name: str) -> str:
                         messages=messages,
                         run_no=run_no,
                         epoch=lane.epoch,
+                        usage=asdict(usage),
                     )
                 )
         store.finish_run(session.id, run_no, "ok")
     finally:
         store.close()
     return f"(stored the conversation as session {name!r}: kedi history show {name})"
+
+
+def _model_label(key: LaneKey) -> str:
+    """`adapter:model` as `kedi history ls` shows a recorded run's model (`offline` stays `offline`)."""
+    return key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"

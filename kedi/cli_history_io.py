@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kedi.errors import KediUsageError
+from kedi.errors import HistoryError, KediUsageError
 from kedi.history.lanes import PORTABLE, LaneKey
 from kedi.history.store import StoreError, TurnRecord
 from kedi.history.store.base import Store
@@ -78,6 +78,9 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
                     exchanges=list(item.get("exchanges") or []),
                 )
             )
+        except HistoryError as error:  # says what is wrong, sometimes already where
+            text = str(error)
+            raise StoreError(text if text.startswith(where) else f"{where}: {text}") from None
         except (KeyError, TypeError, ValueError) as error:
             raise StoreError(f"{where}: {type(error).__name__}: {error}") from None
     wanted = name or session.get("name")

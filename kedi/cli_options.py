@@ -15,10 +15,12 @@ in prompt text) reads options kedi cannot list, and nothing is refused.
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+import click
 
 _READ = re.compile(r"""\bargs(?:\.([A-Za-z_]\w*)|\[\s*["']([A-Za-z_][\w-]*)["']\s*\])""")
 _ANY_USE = re.compile(r"\bargs\b")
@@ -55,6 +57,8 @@ def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: s
     unknown = [name for name in given if name not in read.lines]
     if not unknown:
         return None
+    import difflib  # only on this error path: `kedi --help` imports this module
+
     name = unknown[0]
     close = difflib.get_close_matches(name, read.lines, n=1)
     guess = f"; did you mean {_flag(close[0])}?" if close else ""
@@ -128,3 +132,35 @@ def _openai_adapter_hint(model: str) -> str:
     if ":" in model:  # already provider:model
         return hint
     return f"{hint}; Pydantic AI names models provider:model, e.g. `--model openai:{model}`"
+
+
+_Command = TypeVar("_Command", bound=Callable[..., object])
+
+_ENDPOINT_OPTIONS = (
+    click.option(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible endpoint, with its /v1 (else KEDI_BASE_URL, OPENAI_BASE_URL).",
+    ),
+    click.option(
+        "--api-key-env",
+        metavar="NAME",
+        help="Read the API key from environment variable NAME (default OPENAI_API_KEY).",
+    ),
+    click.option(
+        "--structured-mode",
+        type=click.Choice(["auto", "json_schema", "json_object", "tool", "prompted"]),
+        help="How the openai adapter asks for typed captures (else KEDI_STRUCTURED_MODE, "
+        "the structured_mode setting, auto).",
+    ),
+)
+
+
+def endpoint_options(command: _Command) -> _Command:
+    """`--base-url`, `--api-key-env` and `--structured-mode`, for every command that calls a model.
+
+    The command passes them to `kedi.adapters.endpoint.command_line_options`.
+    """
+    for option in reversed(_ENDPOINT_OPTIONS):
+        command = option(command)
+    return command

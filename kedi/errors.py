@@ -158,7 +158,8 @@ class Diagnostic:
             start = len(text[:column].expandtabs())
             end = len(text[: column + width].expandtabs())
             lines.append(f"  {text.expandtabs()}")
-            lines.append("  " + " " * start + "^" * (end - start))
+            # A column just past the end (Python's "expected ':'") still gets its caret.
+            lines.append("  " + " " * start + "^" * max(1, end - start))
         lines += ["", f"Kedi error: {kind}", f"  {self.message}"]
         if self.hint:
             lines.append(f"  hint: {self.hint}")

@@ -120,3 +120,24 @@ def test_unwritable_transcript_is_a_clear_error() -> None:
     assert result.exit_code == 1
     assert "cannot write the transcript" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_stream_on_the_offline_and_script_models_shows_the_reply_in_one_piece(
+    tmp_path: Path,
+) -> None:
+    """They cannot stream; `--stream` still shows what a streaming model would have, at once."""
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[reply] << Hello there\n>> Describe [summary] in [words: int]\n= <reply>\n")
+    offline = CliRunner().invoke(main, ["run", str(flow), "--quiet", "--stream"])
+    assert offline.exit_code == 0, offline.output
+    assert offline.stdout == "[offline] Hello there\n"
+    assert offline.stderr.startswith("[offline] Hello there")  # the text call, then the str capture
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["Hi!", {"outputs": {"summary": "short", "words": 1}}]))
+    scripted = CliRunner().invoke(
+        main, ["run", str(flow), "--quiet", "--stream", "--model", f"script:{script}"]
+    )
+    assert scripted.exit_code == 0, scripted.output
+    assert (scripted.stdout, scripted.stderr) == ("Hi!\n", "Hi!short\n")
+    plain = CliRunner().invoke(main, ["run", str(flow), "--quiet", "--model", f"script:{script}"])
+    assert (plain.stdout, plain.stderr) == ("Hi!\n", "")

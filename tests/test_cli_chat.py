@@ -134,3 +134,32 @@ def test_save_stores_the_chat_as_a_session_of_the_history_store(tmp_path: Path) 
         m["content"] for turn in shown["turns"] for m in turn["messages"] if m["role"] == "user"
     ]
     assert users == ["one", "two"] and len(shown["turns"]) == 2  # one turn per prompt
+
+
+def test_chat_takes_base_url_and_its_saved_session_names_the_model_and_tokens(
+    monkeypatch: Any,
+) -> None:
+    """`--base-url` (as `kedi run` has it) reaches the server; `/save` keeps model and token counts."""
+    from tests.adapters.openai_server import OpenAIServer, Reply, completion
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("KEDI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with OpenAIServer() as server:
+        server.add(
+            Reply(body=completion("Hi.", usage=(10, 5))),
+            Reply(body=completion("Ada.", usage=(30, 2))),
+        )
+        options = ["--adapter", "openai", "--model", "gpt-4o-mini", "--base-url", server.base_url]
+        result = chat("hello\nwho am I?\n/save talk\n", *options)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == "Hi.\nAda.\n"
+        assert [body["model"] for body in server.bodies] == ["gpt-4o-mini", "gpt-4o-mini"]
+    shown = json.loads(CliRunner().invoke(main, ["history", "show", "talk", "--json"]).stdout)
+    assert shown["session"]["model"] == "openai:gpt-4o-mini"
+    assert [(t["usage"]["input_tokens"], t["usage"]["output_tokens"]) for t in shown["turns"]] == [
+        (10, 5),
+        (30, 2),
+    ]
+    listed = CliRunner().invoke(main, ["history", "show", "talk"]).stdout
+    assert "tokens 10→5" in listed and "tokens 30→2" in listed

@@ -7,6 +7,7 @@ logged once (and not at all under `quiet`), unknown capture types in `kedi check
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,30 @@ def test_kedi_check_reports_an_unknown_capture_type_at_its_line() -> None:
         .exit_code
         == 0
     )
+
+
+def test_kedi_check_and_compile_reject_what_would_fail_at_run_time() -> None:
+    """Unknown types outside captures and Python syntax errors were "Checked successfully"."""
+    import kedi
+    from kedi.errors import KediCheckError
+
+    cases = {
+        "[x: Foo] = `1`\n": ("line 1, column 5", "unknown type `Foo`"),
+        "@f(a: Foo) -> int:\n  = `1`\n": ("line 1, column 7", "unknown type `Foo`"),
+        "@f(a: int) -> Foo:\n  = `a`\n": ("line 1, column 15", "unknown type `Foo`"),
+        "= `f(`\n": ("line 1, column 5", "invalid Python in backticks: '(' was never closed"),
+        "```\nif x\n    y = 1\n```\n= ok\n": (
+            "line 2, column 5",
+            "invalid Python in a fence: expected ':'",
+        ),
+    }
+    for source, (where, message) in cases.items():
+        result = CliRunner().invoke(main, ["check", "-c", source])
+        assert result.exit_code == 1, source
+        assert where in result.stderr and message in result.stderr, result.stderr
+        assert "Checked successfully" not in result.output
+        with pytest.raises(KediCheckError, match=re.escape(message)):
+            kedi.compile(source)
 
 
 def test_the_checker_knows_every_builtin_type_the_runtime_resolves() -> None:

@@ -448,3 +448,34 @@ def test_session_names_match_exactly_when_creating(chat: Path) -> None:
     assert (
         kedi("history", "show", first["id"][:13]).returncode == 0
     )  # prefixes still find sessions to show
+
+
+def test_an_id_prefix_under_4_characters_is_asked_for_more_by_show_and_rm(chat: Path) -> None:
+    assert kedi("run", str(chat), "--message", "hi").returncode == 0
+    (listed,) = sessions()
+    short = listed["id"][:3]
+    for command in ("show", "rm"):
+        refused = kedi("history", command, short)
+        assert refused.returncode == 1, refused.stderr
+        assert f"no session named '{short}'" in refused.stderr
+        assert "an id prefix needs at least 4 characters: give more of the id" in refused.stderr
+    assert kedi("history", "show", listed["id"][:4]).returncode == 0
+    assert kedi("history", "rm", listed["id"][:4]).returncode == 0
+    assert sessions() == []
+
+
+def test_a_failed_import_names_the_file_once(tmp_path: Path) -> None:
+    lane = {"adapter": "pydantic", "model": "m", "settings": "", "mcp": "", "tools": ""}
+    bad = {
+        "native.json": {**lane, "format": "pydantic"},
+        "portable.json": {**lane, "adapter": "offline", "format": "portable"},
+    }
+    for file, key in bad.items():
+        path = tmp_path / file
+        turn = {"lane": key, "messages": [{"role": "bogus", "kind": "nonsense"}]}
+        path.write_text(json.dumps({"kedi_session_export": 1, "session": {}, "turns": [turn]}))
+        refused = kedi("history", "import", str(path))
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert refused.stderr.count(str(path)) == 1, refused.stderr
+        assert f"{path}: turns[0]: " in refused.stderr
+        assert "HistoryError:" not in refused.stderr

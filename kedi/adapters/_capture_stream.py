@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kedi.adapters.base import OutputSpec
+from kedi.adapters.base import CallRequest, OutputSpec
 
-__all__ = ["CaptureText", "capture_text"]
+__all__ = ["CaptureText", "capture_text", "stream_in_one_piece"]
 
 _SIMPLE_ESCAPES = {
     "n": "\n",
@@ -47,6 +47,24 @@ def capture_text(
     if spec is None or on_delta is None or not spec.text_fields:
         return None
     return CaptureText(spec.text_fields, on_delta)
+
+
+def stream_in_one_piece(request: CallRequest, reply: str) -> None:
+    """For a model that cannot stream (offline, script): send what would have streamed, at once.
+
+    A text call's reply, or the text of a structured call's `str` captures
+    (`reply` is then its JSON), goes to `on_delta` when the call has one, so
+    `--stream` shows the same text as with a streaming model, in one piece.
+    """
+    if request.on_delta is None:
+        return
+    if request.output is None:
+        if reply:
+            request.on_delta(reply)
+        return
+    capture = capture_text(request.output, request.on_delta)
+    if capture is not None:
+        capture.feed(reply)
 
 
 class CaptureText:

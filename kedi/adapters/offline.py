@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from kedi.adapters._capture_stream import stream_in_one_piece
 from kedi.adapters._portable import (
     PortableTurn,
     at_origin,
@@ -79,9 +80,12 @@ class OfflineAdapter(Adapter):
         if request.output is None:
             text = offline_text(request.prompt)
             turn.respond(turn.stamp(role="assistant", content=text))
+            stream_in_one_piece(request, text)
             return turn.result(text)
         outputs = synthesize(request.output.json_schema)
-        turn.respond(turn.stamp(role="assistant", content=compact_json(outputs)))
+        content = compact_json(outputs)
+        turn.respond(turn.stamp(role="assistant", content=content))
+        stream_in_one_piece(request, content)
         return turn.result(_validated(request.output, outputs, turn))
 
 

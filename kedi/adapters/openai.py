@@ -159,6 +159,10 @@ _STEPS: tuple[StructuredMode, ...] = ("json_schema", "json_object", "tool", "pro
 """Auto mode's structured modes, best first: a shape rejection moves a call one step on."""
 
 
+PROVIDER_PREFIX = "openai:"
+"""A leading provider prefix the adapter drops from the model id it sends (Pydantic AI's spelling)."""
+
+
 class OpenAIAdapter(Adapter):
     """Any OpenAI-compatible chat-completions endpoint (see the module docstring)."""
 
@@ -195,6 +199,8 @@ class OpenAIAdapter(Adapter):
         history_processor: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # `openai:gpt-4o-mini` is how Pydantic AI names the model; the server knows `gpt-4o-mini`.
+        model = (model or "").removeprefix(PROVIDER_PREFIX)
         if not model:
             raise KediConfigError(
                 "the openai adapter needs a model: pass --model, use `> model:`, "

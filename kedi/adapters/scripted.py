@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 import anyio
 from pydantic import ValidationError
 
+from kedi.adapters._capture_stream import stream_in_one_piece
 from kedi.adapters._portable import (
     PortableTurn,
     at_origin,
@@ -287,6 +288,7 @@ class ScriptAdapter(Adapter):
             reply: str | JSONDict = entry.text if entry.text is not None else entry.outputs or {}
             content = reply if isinstance(reply, str) else compact_json(reply)
             turn.respond(turn.stamp(role="assistant", content=content))
+            stream_in_one_piece(request, content)
             if request.output is None:
                 return turn.result(content)
             try:

@@ -128,7 +128,10 @@ def load_lane_messages(
             return _portable_messages(data)
         return list(_serializer(key, adapters, where or f"lane {key.label()}").load_messages(data))
     except HistoryError as error:
-        raise HistoryError(f"{where}.messages: {error}" if where else str(error)) from None
+        text = str(error)
+        if where and not text.startswith(where):  # the serializer may have named it already
+            text = f"{where}.messages: {text}"
+        raise HistoryError(text) from None
 
 
 def dumps(conversation: Conversation, *, adapters: Iterable[Any] = ()) -> str:

@@ -28,18 +28,17 @@ import ast
 import dis
 import itertools
 import linecache
-import re
 import sys
-import textwrap
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType, ModuleType
-from typing import Any, cast
+from typing import Any
 
 from kedi.errors import KediExecutionError, KediPythonTrace
 from kedi.runtime import interrupts
 from kedi.syntax.ast import PythonCode
+from kedi.syntax.python_snippets import PythonMode, parse_leniently, snippet_source
 
 CALL_NAME = "__kedi_call__"
 """The global name through which awaited procedure calls go (present only while such code runs)."""
@@ -254,7 +253,7 @@ class PythonBridge:
         Raises:
             PythonFailure: the expression raised, is empty, or does not compile.
         """
-        if not _source(code):
+        if not snippet_source(code.code):
             self._compile_expression(code)  # raises the empty-expression failure
         compiled = self._awaiting_code(code, "eval", procedures)
         dict.__setitem__(namespace, CALL_NAME, _released(call))
@@ -327,7 +326,7 @@ class PythonBridge:
         """
         callers = self._callers.get(code)
         if callers is None:
-            tree = _parse_leniently(_source(code), self._filename(code), "exec")
+            tree = parse_leniently(snippet_source(code.code), self._filename(code), "exec")
             finder = _CallFinder()
             finder.visit(tree)
             callers = self._callers[code] = _Callers(
@@ -343,13 +342,13 @@ class PythonBridge:
 
     def _compile_expression(self, code: PythonCode) -> CodeType:
         filename = self._filename(code)
-        source = _source(code)
+        source = snippet_source(code.code)
         if not source:
             error = SyntaxError(_EMPTY_EXPRESSION)
             raise PythonFailure(_EMPTY_EXPRESSION, error, self._trace(code, filename, 1))
         try:
             compiled = compile(
-                _parse_leniently(source, filename, "eval"), filename, "eval", dont_inherit=True
+                parse_leniently(source, filename, "eval"), filename, "eval", dont_inherit=True
             )
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
@@ -366,7 +365,7 @@ class PythonBridge:
     def _compile_block(self, code: PythonCode) -> _Block:
         filename = self._filename(code)
         try:
-            tree = _parse_leniently(_source(code), filename, "exec")
+            tree = parse_leniently(snippet_source(code.code), filename, "exec")
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
         rewriter = _ReturnRewriter()
@@ -384,12 +383,14 @@ class PythonBridge:
             compiled, frozenset(reads), None if dynamic else frozenset(stores), rewriter.found
         )
 
-    def _awaiting_code(self, code: PythonCode, mode: str, procedures: frozenset[str]) -> CodeType:
+    def _awaiting_code(
+        self, code: PythonCode, mode: PythonMode, procedures: frozenset[str]
+    ) -> CodeType:
         key = (code, mode, procedures)
         compiled = self._awaiting.get(key)
         if compiled is None:
             filename = self._filename(code)
-            tree = _parse_leniently(_source(code), filename, mode)
+            tree = parse_leniently(snippet_source(code.code), filename, mode)
             tree = _AwaitRewriter(procedures).visit(tree)
             if mode == "exec":
                 tree = _ReturnRewriter().visit(tree)
@@ -583,46 +584,6 @@ def _global_names(module: CodeType) -> tuple[set[str], set[str]]:
                 stores.add(instruction.argval)
         pending.extend(const for const in code.co_consts if isinstance(const, CodeType))
     return reads, stores
-
-
-_ANGLE_NAME = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
-
-
-def _angle_references(source: str) -> tuple[str, ...]:
-    """Readings of `<name>` inside backtick Python as the Kedi value `name` (spec §12 A3).
-
-    Only tried when the code does not compile as written, so valid Python such
-    as `a < b > c` keeps its meaning. The candidates, in order: every
-    `<name>` read as `name`; then a whole expression wrapped in `<...>` read as
-    the expression itself.
-    """
-    candidates = [_ANGLE_NAME.sub(r"(\1)", source)]
-    text = source.strip()
-    if text.startswith("<") and text.endswith(">"):
-        candidates.append(f"({text[1:-1]})")
-    return tuple(candidates)
-
-
-def _parse_leniently(source: str, filename: str, mode: str) -> ast.Module | ast.Expression:
-    """Parse Python, falling back to the `<name>` readings; raise the original error."""
-    try:
-        return cast(ast.Module | ast.Expression, ast.parse(source, filename, mode))
-    except SyntaxError as error:
-        for candidate in _angle_references(source):
-            try:
-                return cast(ast.Module | ast.Expression, ast.parse(candidate, filename, mode))
-            except SyntaxError:
-                continue
-        raise error from None
-
-
-def _source(code: PythonCode) -> str:
-    """Return the code to compile: indentation and surrounding blanks removed, lines kept.
-
-    Expressions and statements go through the same text, so `references` (which
-    analyses the statement form) accepts exactly what `evaluate` accepts.
-    """
-    return textwrap.dedent(code.code).lstrip(" \t").rstrip()
 
 
 def _snapshot(namespace: dict[str, Any], names: frozenset[str] | None) -> dict[str, Any]:

@@ -9,8 +9,9 @@ names it reads; `kedi.syntax.name_scopes`) built once per module.
 The checks are conservative: value lookup is dynamic, so a name is reported
 only when nothing in the module, its enclosing scopes, the embedder's
 `known_globals`, Python's builtins or any Python block could bind it. Python
-inside backticks is never inspected, and backtick directive values are left
-to the runtime. In particular:
+inside backticks and fences is only compiled (a syntax error is reported at
+its `.kedi` line and column); the names it reads and the backtick directive
+values are left to the runtime. In particular:
 
 - a scope binds its parameters, assignment and raw-invoke targets, captures,
   procedures, custom types, selectively imported names and every name a
@@ -31,6 +32,7 @@ from __future__ import annotations
 import ast as python_ast
 import builtins
 import difflib
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
 from functools import cache
@@ -52,7 +54,7 @@ from kedi.syntax.directives import (
     Validator,
 )
 from kedi.syntax.name_scopes import RefKind, Scope, ScopeBuilder
-from kedi.syntax.python_snippets import literal_type
+from kedi.syntax.python_snippets import PythonMode, literal_type, snippet_source, syntax_error
 
 _ALWAYS_KNOWN = frozenset(dir(builtins)) | {"args"}
 _RESERVED = "args"
@@ -80,7 +82,7 @@ def check_module(
     if too_deep is not None:
         found = [too_deep]  # the other checks (and the interpreter) recurse over the tree
     else:
-        context = _Context(module, fragment, frozenset(known_globals))
+        context = _Context(module, fragment, frozenset(known_globals), source)
         found = [diagnostic for check in _CHECKS for diagnostic in check(context)]
     if source is not None:
         lines: dict[int, str] = {}  # one string per line, however many problems it has
@@ -204,8 +206,16 @@ BUILTIN_TYPE_NAMES = frozenset(
 class _Context:
     """Everything the checks share: the module, its scopes and the known names."""
 
-    def __init__(self, module: ast.Module, fragment: bool, known_globals: frozenset[str]) -> None:
+    def __init__(
+        self,
+        module: ast.Module,
+        fragment: bool,
+        known_globals: frozenset[str],
+        source: SourceFile | None = None,
+    ) -> None:
         self.module = module
+        self.source = source
+        """The module's text, when the caller has it (for exact columns inside embedded Python)."""
         self.fragment = fragment
         self.known = _ALWAYS_KNOWN | known_globals
         self.known_globals = known_globals
@@ -419,6 +429,82 @@ def _check_untyped_assignments(context: _Context) -> Iterator[Diagnostic]:
                 "but an untyped assignment holds a str",
                 f"declare the type ([{node.target}: {kind}] = ...) or convert with `str(...)`",
             )
+
+
+# --------------------------------------------------------------------------- embedded Python
+
+
+def _check_python_syntax(context: _Context) -> Iterator[Diagnostic]:
+    """Embedded Python that does not compile, at the `.kedi` line and column Python names.
+
+    Each snippet compiles as a run would compile it (`python_snippets.syntax_error`),
+    so what is reported here is a `SyntaxError` the run would meet.
+    """
+    for code, mode, where in _python_snippets(context):
+        error = syntax_error(code.code, mode)
+        if error is None:
+            continue
+        lines = snippet_source(code.code).split("\n")
+        number = min(max(error.lineno or 1, 1), len(lines))
+        written = lines[number - 1]
+        message = f"invalid Python in {where}: {error.msg or 'invalid syntax'}"
+        nonlocal_name = _NONLOCAL.search(written)
+        if (error.msg or "").startswith(_NONLOCAL_MESSAGES) and nonlocal_name is not None:
+            # Kedi values are the snippet's globals; the runtime says the same.
+            name = nonlocal_name.group(1)
+            message = f"`nonlocal {name}` cannot rebind a Kedi binding; use `global {name}`"
+        yield Diagnostic(_python_error_span(code, number, written, error, context.source), message)
+
+
+_NONLOCAL_MESSAGES = ("nonlocal declaration not allowed at module level", "no binding for nonlocal")
+_NONLOCAL = re.compile(r"\bnonlocal\s+([A-Za-z_]\w*)")
+
+
+def _python_snippets(context: _Context) -> Iterator[tuple[ast.PythonCode, PythonMode, str]]:
+    """Every piece of embedded Python a run compiles: its code, how, and what it is written in.
+
+    `> case:` bodies are left out: a case whose Python does not compile fails
+    alone under `kedi test`, at its line, and the other cases still run.
+    """
+    for node in context.nodes:
+        match node:
+            case ast.InlinePython(code=code) | ast.BareBacktick(code=code):
+                yield code, "eval", "backticks"
+            case ast.TypePython(code=code) | ast.Param(default=ast.PythonCode() as code):
+                yield code, "eval", "backticks"
+            case ast.FieldDef(default=ast.PythonCode() as code):
+                yield code, "eval", "backticks"
+            case ast.PythonStatement(code=code):
+                yield code, "exec", "backticks"
+            case ast.PythonBlock(code=code) | ast.Fence(code=code):
+                yield code, "exec", "a fence"
+
+
+def _python_error_span(
+    code: ast.PythonCode, number: int, written: str, error: SyntaxError, source: SourceFile | None
+) -> Span:
+    """Where `error`, on line `number` of the snippet (`written`, as Python read it), is in the `.kedi` file."""
+    line = code.first_line + number - 1
+    start = _code_column(code, line, written, source)
+    # No offset (an expression cut short: `1 +`) means the end of the line.
+    offset = min(max(error.offset or len(written) + 1, 1), len(written) + 1)
+    end = offset + 1
+    if error.end_lineno == error.lineno and (error.end_offset or 0) > offset:
+        end = error.end_offset or end
+    return Span(code.span.path, line, start + offset - 1, line, start + end - 1)
+
+
+def _code_column(code: ast.PythonCode, line: int, written: str, source: SourceFile | None) -> int:
+    """The `.kedi` column where `written`, a line of the snippet as Python reads it, starts."""
+    text = source.line_text(line) if source is not None else ""
+    if line == code.span.line:  # code that starts on its backtick's line
+        found = text.find(written, code.span.column) if text else -1
+        return found + 1 if found >= 0 else code.span.column + 1
+    # A later line of a fence (or of code spanning lines) ends the `.kedi` line's text.
+    stripped, written = text.rstrip(), written.rstrip()
+    if written and stripped.endswith(written):
+        return len(stripped) - len(written) + 1
+    return len(text) - len(text.lstrip()) + 1
 
 
 # --------------------------------------------------------------------------- placement
@@ -816,6 +902,7 @@ _CHECKS: tuple[Callable[[_Context], Iterator[Diagnostic]], ...] = (
     _check_name_lists,
     _check_reserved_args,
     _check_untyped_assignments,
+    _check_python_syntax,
     _check_placement,
     _check_backend_mix,
     _check_package_file,

@@ -84,6 +84,7 @@ class ScopeBuilder:
                 self.rows(statement.rows, scope, "value")
             case ast.Assign():
                 scope.bind(statement.target, "value")
+                scope.refs.extend(type_refs(statement.type))
                 self.value(statement.value, scope)
             case ast.Return():
                 self.value(statement.value, scope)
@@ -91,12 +92,18 @@ class ScopeBuilder:
                 self.python(code, scope)
             case ast.Procedure():
                 scope.bind(statement.name, "procedure", statement)
+                # The signature's types resolve where the procedure is defined.
+                for param in statement.params:
+                    scope.refs.extend(type_refs(param.type))
+                scope.refs.extend(type_refs(statement.returns))
                 inner = self.new_scope(scope)
                 for param in statement.params:
                     inner.bind(param.name, "value")
                 self.statements(statement.body, inner)
             case ast.CustomType():
                 scope.bind(statement.name, "type")
+                for type_field in statement.fields:
+                    scope.refs.extend(type_refs(type_field.type))
             case ast.Directive():
                 self.segments(statement.value or (), scope, "agent")
                 for entry in statement.config:
@@ -170,10 +177,12 @@ class ScopeBuilder:
 
 
 def type_refs(expr: ast.TypeExpr | None) -> Iterator[Ref]:
-    """The names a capture's type reads (the first part of a dotted name); backtick types are not read."""
+    """The names a type expression reads (the first part of a dotted name); backtick types are not read."""
     pending = [expr]
     while pending:
         match pending.pop():
+            case ast.TypeName(name="..."):
+                pass  # `tuple[int, ...]`: Python's Ellipsis, not a name
             case ast.TypeName(name=name, span=span):
                 yield Ref(name.partition(".")[0], span, "type")
             case ast.TypeSubscript(base=base, args=args):

@@ -1,14 +1,113 @@
 """What the checker reads from embedded Python without running it: the names a
-snippet binds, and the type of a literal expression.
+snippet binds, the type of a literal expression, and whether it compiles.
 
-Both parse with CPython's `ast` and never execute anything; code that does not
-parse yields nothing here (the runtime reports its syntax error).
+All of it parses with CPython's `ast` and never executes anything. The text a
+snippet compiles to (`snippet_source`) and the lenient `<name>` reading
+(`parse_leniently`) live here, shared with the runtime's Python bridge, so
+`kedi check` accepts exactly the Python a run accepts.
 """
 
 from __future__ import annotations
 
 import ast as python_ast
+import re
+import textwrap
 import warnings
+from typing import Literal, cast
+
+PythonMode = Literal["exec", "eval"]
+"""How a snippet compiles: statements (fences, statement lines) or one expression."""
+
+
+def snippet_source(code: str) -> str:
+    """Return the text to compile: indentation and surrounding blanks removed, lines kept.
+
+    Expressions and statements go through the same text, so the analysis of a
+    snippet's statement form accepts exactly what evaluating it accepts.
+    """
+    return textwrap.dedent(code).lstrip(" \t").rstrip()
+
+
+_ANGLE_NAME = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def _angle_references(source: str) -> tuple[str, ...]:
+    """Readings of `<name>` inside backtick Python as the Kedi value `name` (spec §12 A3).
+
+    Only tried when the code does not compile as written, so valid Python such
+    as `a < b > c` keeps its meaning. The candidates, in order: every
+    `<name>` read as `name`; then a whole expression wrapped in `<...>` read as
+    the expression itself.
+    """
+    candidates = [_ANGLE_NAME.sub(r"(\1)", source)]
+    text = source.strip()
+    if text.startswith("<") and text.endswith(">"):
+        candidates.append(f"({text[1:-1]})")
+    return tuple(candidates)
+
+
+def parse_leniently(
+    source: str, filename: str, mode: PythonMode
+) -> python_ast.Module | python_ast.Expression:
+    """Parse Python, falling back to the `<name>` readings; raise the original error."""
+    try:
+        return cast(
+            python_ast.Module | python_ast.Expression, python_ast.parse(source, filename, mode)
+        )
+    except SyntaxError as error:
+        for candidate in _angle_references(source):
+            try:
+                return cast(
+                    python_ast.Module | python_ast.Expression,
+                    python_ast.parse(candidate, filename, mode),
+                )
+            except SyntaxError:
+                continue
+        raise error from None
+
+
+def syntax_error(code: str, mode: PythonMode) -> SyntaxError | None:
+    """The `SyntaxError` Python raises compiling a snippet as a run would, or None when it compiles.
+
+    Its `lineno` and `offset` count in `snippet_source(code)`. A top-level
+    `return` is allowed in statements (a fence returns its value), and so is a
+    top-level `await` (the runtime awaits procedure calls); an empty expression
+    is the runtime's own error. Bytes Python refuses to read (a NUL) count as
+    a syntax error at the snippet's first line.
+    """
+    source = snippet_source(code)
+    if mode == "eval" and not source:
+        return None
+    # Odd string escapes make the parser warn; that is the runtime's business.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = parse_leniently(source, "<kedi>", mode)
+            if mode == "exec":
+                tree = python_ast.fix_missing_locations(_TopLevelReturns().visit(tree))
+            compile(
+                tree, "<kedi>", mode, flags=python_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+            )
+        except SyntaxError as error:
+            return error
+        except ValueError as error:  # "source code string cannot contain null bytes"
+            return SyntaxError(str(error), ("<kedi>", 1, 1, source.partition("\n")[0]))
+        except (RecursionError, MemoryError):
+            return None  # too deeply nested to analyse here; the run reports what Python says
+    return None
+
+
+class _TopLevelReturns(python_ast.NodeTransformer):
+    """Turns each top-level `return x` into the expression `x`, so the rest compiles as it will run."""
+
+    def visit_Return(self, node: python_ast.Return) -> python_ast.Expr:
+        value = node.value or python_ast.Constant(None)
+        return python_ast.copy_location(python_ast.Expr(value), node)
+
+    def _keep(self, node: python_ast.AST) -> python_ast.AST:
+        return node  # a `return` inside a function or class body is Python's own
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
 
 
 def python_bindings(code: str) -> tuple[set[str], set[str], bool]:

@@ -1265,3 +1265,27 @@ async def test_a_tool_choice_naming_a_tool_forces_it_until_it_was_called(
     first, second = server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert "tool_choice" not in second  # the model may answer now
+
+
+def test_a_pydantic_ai_style_openai_prefix_is_not_sent_as_the_model_id(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`--model openai:gpt-4o-mini` (Pydantic AI's spelling) reaches the server as `gpt-4o-mini`."""
+    from click.testing import CliRunner
+
+    from kedi.cli import main
+
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[reply] << Say hi.\n= <reply>\n")
+    server.add(Reply(body=completion("hi")))
+    run = ["run", str(flow), "--adapter", "openai", "--model", "openai:gpt-4o-mini"]
+    result = CliRunner().invoke(main, run)
+
+    assert (result.exit_code, result.stdout) == (0, "hi\n")
+    assert [body["model"] for body in server.bodies] == ["gpt-4o-mini"]
+    # Only that exact prefix: other ids with a colon (Ollama's `llama3:8b`) are sent as written.
+    assert OpenAIAdapter(model="llama3:8b", api_key=KEY).model_name == "llama3:8b"
+    with pytest.raises(KediConfigError, match="needs a model"):
+        OpenAIAdapter(model="openai:", api_key=KEY)

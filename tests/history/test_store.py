@@ -165,6 +165,34 @@ def test_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         open_store(tmp_path / "junk.db")
 
 
+def test_kedi_history_off_words_and_bare_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`disabled` means off; another bare word is refused instead of becoming a file of that name."""
+    monkeypatch.chdir(tmp_path)
+    for word in ("disabled", "Disabled", "off", "none"):
+        monkeypatch.setenv("KEDI_HISTORY", word)
+        assert open_store() is None and describe_location() == "off"
+    monkeypatch.setenv("KEDI_HISTORY", "disabeld")
+    with pytest.raises(StoreError) as refused:
+        open_store()
+    assert str(refused.value) == (
+        "KEDI_HISTORY='disabeld' is neither `off` nor a store location: write `off` to keep "
+        "nothing, a file such as ./disabeld.db, or a postgresql:// URL"
+    )
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after the word
+    for location in ("runs.db", "runs.sqlite", "./runs", "sub/runs"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        monkeypatch.setenv("KEDI_HISTORY", location)
+        store = open_store()
+        assert store is not None
+        store.close()
+        assert (tmp_path / location).exists()
+    explicit = open_store("runs")  # a location given in Python is taken as written
+    assert explicit is not None
+    explicit.close()
+
+
 def test_a_postgres_location_without_psycopg_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

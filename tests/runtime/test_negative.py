@@ -55,14 +55,17 @@ def test_case_18_native_value_from_unannotated_procedure() -> None:
 
 
 def test_case_19_unknown_type_name() -> None:
+    # Compile time when nothing can bind the name; run time when only Python might have.
+    with pytest.raises(KediCheckError, match="unknown type `Nope`"):
+        kedi.compile("@f(x: Nope) -> str:\n  = ok\n\n= `f(1)`")
     with pytest.raises(KediNameError, match="Nope"):
-        run("@f(x: Nope) -> str:\n  = ok\n\n= `f(1)`")
+        run("```\nif False:\n    Nope = int\n```\n@f(x: Nope) -> str:\n  = ok\n\n= `f(1)`")
 
 
 def test_case_21_nonlocal_for_a_kedi_binding() -> None:
     source = "@f() -> int:\n  [count: int] = `0`\n  ```\n  def bump():\n      nonlocal count\n      count += 1\n  ```\n  = `count`\n\n= `f()`"
-    with pytest.raises(KediExecutionError, match="nonlocal"):
-        run(source)
+    with pytest.raises(KediCheckError, match="`nonlocal count` cannot rebind a Kedi binding"):
+        kedi.compile(source)
 
 
 class TextOnly(Adapter):

@@ -8,8 +8,10 @@ Two backends implement the same `Store` API:
   machines.
 
 `KEDI_HISTORY` chooses: unset → the default SQLite file; `path.db` → that
-file; `postgresql://...` → that server; `off` → no store (`open_store` returns
-`None`).
+file; `postgresql://...` → that server; `off` (or `0`, `false`, `no`, `none`,
+`disabled`) → no store (`open_store` returns `None`). Any other bare word (no
+path separator, no `.db`/`.sqlite`/`.sqlite3` suffix) is refused with a
+`StoreError`: it is a typo far more often than a file name.
 
 API (stable; other features such as the `kedi batch` ledger build on it)::
 
@@ -97,7 +99,10 @@ __all__ = [
     "redact",
 ]
 
-OFF = frozenset({"off", "0", "false", "no", "none"})
+OFF = frozenset({"off", "0", "false", "no", "none", "disabled"})
+"""The `KEDI_HISTORY` values (any case) that mean "store nothing"."""
+
+_STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 
 def default_location() -> Path:
@@ -133,10 +138,27 @@ def _configured(location: str | os.PathLike[str] | None) -> str | None:
         location = os.environ.get("KEDI_HISTORY", "").strip() or None
         if location is None:
             return str(default_location())
+        _refuse_a_bare_word(location)
     text = os.fspath(location)
     if text.strip().lower() in OFF:
         return None
     return text
+
+
+def _refuse_a_bare_word(value: str) -> None:
+    """Refuse `KEDI_HISTORY=disabeld`: a typo, not a wish for a SQLite file of that name here.
+
+    A value is taken as a location when it is a URL, holds a path separator,
+    starts with `~` or ends in `.db`, `.sqlite` or `.sqlite3`.
+    """
+    if value.lower() in OFF or "://" in value or value.startswith("~"):
+        return
+    if value.lower().endswith(_STORE_SUFFIXES) or any(sep in value for sep in ("/", os.sep)):
+        return
+    raise StoreError(
+        f"KEDI_HISTORY={value!r} is neither `off` nor a store location: write `off` to keep "
+        f"nothing, a file such as ./{value}.db, or a postgresql:// URL"
+    )
 
 
 def open_store(

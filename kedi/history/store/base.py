@@ -252,6 +252,10 @@ def _lane_label(text: str) -> str:
     return decode_lane_key(text).label()
 
 
+MIN_ID_PREFIX = 4
+"""How many leading characters of a session id find it (fewer would match too many)."""
+
+
 def _session(row: Sequence[Any]) -> SessionInfo:
     return SessionInfo(
         id=row[0],
@@ -394,7 +398,7 @@ class Store:
         """The session named `ref`, or with id `ref`, or (with `prefix`) whose id starts with `ref` (if unique)."""
         where = f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE "
         rows = self._read(where + "s.name = ? OR s.id = ?", (ref, ref))
-        if not rows and prefix and len(ref) >= 4:
+        if not rows and prefix and len(ref) >= MIN_ID_PREFIX:
             rows = self._read(where + "s.id LIKE ?", (ref.replace("%", "").replace("_", "") + "%",))
             if len(rows) > 1:
                 raise StoreError(f"{ref!r} matches {len(rows)} sessions; give more of the id")
@@ -404,6 +408,11 @@ class Store:
     def session(self, ref: str) -> SessionInfo:
         """`find_session`, or a `StoreError` naming `ref` and how to list sessions."""
         found = self.find_session(ref)
+        if found is None and len(ref) < MIN_ID_PREFIX:
+            raise StoreError(
+                f"no session named {ref!r} in {self.location}, and an id prefix needs at least "
+                f"{MIN_ID_PREFIX} characters: give more of the id (list them with `kedi history ls`)"
+            )
         if found is None:
             raise StoreError(
                 f"no session {ref!r} in {self.location} (list them with `kedi history ls`)"
