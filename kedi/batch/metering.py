@@ -202,8 +202,8 @@ def environment_proxy(url: httpx.URL) -> str | None:
     if not proxy:
         return None
     host = url.host if url.port is None else f"{url.host}:{url.port}"
-    # the stdlib's NO_PROXY matching (as `getproxies` reads it); typeshed does not list it
-    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+    if bypass(host, proxies):  # the stdlib's NO_PROXY matching, as `getproxies` reads it
         return None
     return proxy if "://" in proxy else f"http://{proxy}"
 
