@@ -114,7 +114,7 @@ def run(program: str, inputs: str, out: str, input_format: str | None, **options
 
     try:
         command = BatchCommand.prepare(
-            program, inputs, Path(out), input_format=input_format, **options
+            program, inputs, Path(out), input_format=input_format, reads=_fields_read, **options
         )
         summary = command.execute()
     except KediError as error:
@@ -134,6 +134,14 @@ def run(program: str, inputs: str, out: str, input_format: str | None, **options
     if summary.stopped:
         click.echo(f"{summary.stopped}; run the same command again to continue", err=True)
     sys.exit(1 if summary.stopped or counts.failed else 0)
+
+
+def _fields_read(source: str) -> dict[str, int]:
+    """The row fields a program reads (`args.text`), when its source shows all of them."""
+    from kedi.cli_options import read_options
+
+    read = read_options(source)
+    return read.lines if read.complete else {}
 
 
 @batch.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import anyio
 
 from kedi.batch.engine import Engine, LocalEngine, Summary, run_batch
-from kedi.batch.inputs import Inputs, Row, default_job_name, job_fingerprint
+from kedi.batch.inputs import Inputs, Row, check_fields, default_job_name, job_fingerprint
 from kedi.batch.ledger import JobInfo, StoreLedger, store_location
 from kedi.batch.limits import RateLimiter
 from kedi.batch.progress import Counts, Progress
@@ -31,9 +32,20 @@ class BatchCommand:
 
     @classmethod
     def prepare(
-        cls, program: str, inputs: str, out: Path, *, input_format: str | None, **options: Any
+        cls,
+        program: str,
+        inputs: str,
+        out: Path,
+        *,
+        input_format: str | None,
+        reads: Callable[[str], Mapping[str, int]] | None = None,
+        **options: Any,
     ) -> BatchCommand:
-        """Read and check everything before any row runs (a bad row fails here, with its line)."""
+        """Read and check everything before any row runs (a bad row fails here, with its line).
+
+        `reads` gives the fields a program's source reads (name -> line); no row
+        having one of them is an error before anything is recorded.
+        """
         try:
             source = Path(program).read_text(encoding="utf-8")
         except OSError as error:
@@ -41,6 +53,8 @@ class BatchCommand:
         compile_program(source, path=program)  # syntax and check errors before anything is recorded
         data = Inputs.open(inputs, input_format)
         rows = list(data.rows(options["id_field"]))
+        if reads is not None:
+            check_fields(rows, reads(source), program, data.label)
         program_digest, inputs_digest = job_fingerprint(source, data)
         job = options["job"] or default_job_name(program, program_digest, inputs_digest)
         location = store_location()

@@ -127,6 +127,16 @@ def write_results(outcomes: Iterable[Outcome], path: Path) -> int:
     return written
 
 
+def _put_committed(
+    committed: dict[str, Outcome], in_flight: dict[str, int], results: OrderedResults
+) -> None:
+    """Write the rows the ledger finished whose task was cancelled before it could write them."""
+    for key, position in in_flight.items():
+        outcome = committed.get(key)
+        if outcome is not None:
+            results.put(replace(outcome, position=position))
+
+
 class _Window:
     """Rows in flight, bounded by a limit that may change while rows run."""
 
@@ -163,6 +173,7 @@ async def run_batch(
     results = OrderedResults(out)
     window = _Window()
     stopped: str | None = None
+    in_flight: dict[str, int] = {}  # key -> input position of the rows started and not yet written
 
     async def run_one(row: Row) -> None:
         try:
@@ -174,6 +185,7 @@ async def run_batch(
         counts.tokens += outcome.usage.get("input_tokens", 0) + outcome.usage.get(
             "output_tokens", 0
         )
+        in_flight.pop(row.key, None)
         results.put(outcome)
         if progress is not None:
             progress.update(engine.limits())
@@ -194,8 +206,11 @@ async def run_batch(
                         f"stopped after {counts.failed} failed rows (--max-errors {max_errors})"
                     )
                     break
+                in_flight[row.key] = row.position
                 group.start_soon(run_one, row)
     finally:
+        if in_flight:  # cut off (Ctrl-C, an error): some of these rows committed their outcome
+            _put_committed(ledger.finished(job, include_failed=True), in_flight, results)
         results.close()
         if progress is not None:
             progress.close(engine.limits())

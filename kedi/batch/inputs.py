@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,27 @@ class Inputs:
                 yield reader.line_num, {name: value for name, value in record.items()}
         except csv.Error as error:
             raise KediUsageError(f"{self.label}:{reader.line_num}: {error}") from None
+
+
+def check_fields(rows: list[Row], reads: Mapping[str, int], program: str, label: str) -> None:
+    """Refuse inputs in which no row has a field the program reads (`args.text` with no `text`).
+
+    `reads` maps each field the program reads to the first line reading it.
+    Checked before any row runs: otherwise every row would fail on a None
+    deep in the program (`object of type 'NoneType' has no len()`).
+    """
+    if not rows:
+        return
+    present = {name.replace("-", "_") for row in rows for name in row.args}
+    missing = [name for name in reads if name not in present]
+    if not missing:
+        return
+    needs = ", ".join(f"args.{name} ({program}:{reads[name]})" for name in missing)
+    fields = ", ".join(repr(name) for name in rows[0].args) or "none"
+    message = f"{label}: no row has the field(s) the program reads: {needs}; the rows' fields are {fields}"
+    if any(separator in name for name in rows[0].args for separator in ";\t|"):
+        message += " (kedi reads CSV separated by commas: convert the file or give JSONL rows)"
+    raise KediUsageError(message)
 
 
 def job_fingerprint(program_source: str, inputs: Inputs) -> tuple[str, str]:

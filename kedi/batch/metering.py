@@ -7,7 +7,10 @@ Two hooks on it see every request:
   client: each HTTP request (retries and tool rounds included, which is what
   a provider counts) waits for the job's gate, and a 429 reply pauses the
   whole job for its `Retry-After` and lowers the concurrency.
-  Under it, `ShardedPool` keeps one kept-alive connection per row in flight.
+  Under it, `ShardedPool` keeps one kept-alive connection per row in flight,
+  through the proxy the environment names for the request's URL, if any
+  (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`: httpx's client
+  would ignore them, being given a transport).
 - `instrument` wraps the adapter instance's `request` (the one entry point
   the runtime calls): it adds each call's usage to the row being run, charges
   its tokens to the job's budget, and, for adapters that do not speak HTTP
@@ -18,6 +21,7 @@ Two hooks on it see every request:
 from __future__ import annotations
 
 import contextvars
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -91,14 +95,15 @@ class ShardedPool(httpx.AsyncBaseTransport):
     4.7 with pools of 4).
     """
 
-    def __init__(self, connections: int) -> None:
+    def __init__(self, connections: int, proxy: str | None = None) -> None:
         shards = max(1, -(-connections // CONNECTIONS_PER_SHARD))
         limits = httpx.Limits(
             max_connections=CONNECTIONS_PER_SHARD, max_keepalive_connections=CONNECTIONS_PER_SHARD
         )
         context = httpx.create_ssl_context()  # one CA bundle load (~50 ms), not one per pool
         self._pools = [
-            httpx.AsyncHTTPTransport(limits=limits, verify=context) for _ in range(shards)
+            httpx.AsyncHTTPTransport(limits=limits, verify=context, proxy=proxy)
+            for _ in range(shards)
         ]
         self._in_flight = [0] * shards
 
@@ -145,18 +150,36 @@ class _Released(httpx.AsyncByteStream):
 class GatedTransport(httpx.AsyncBaseTransport):
     """An httpx transport whose every request passes the job's gate first.
 
-    Its connections (`ShardedPool`) are sized for `connections` requests in flight.
+    Its connections (`ShardedPool`) are sized for `connections` requests in
+    flight; there is one such pool per proxy the requests' URLs go through
+    (`environment_proxy`), made at the first request that needs it.
     """
 
     def __init__(
         self, gate: Gate, connections: int, inner: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self._gate = gate
-        self._inner = inner or ShardedPool(connections)
+        self._connections = connections
+        self._inner = inner
+        self._pools: dict[str | None, httpx.AsyncBaseTransport] = {}
+        self._proxies: dict[tuple[bytes, bytes, int | None], str | None] = {}
+
+    def _pool_for(self, url: httpx.URL) -> httpx.AsyncBaseTransport:
+        if self._inner is not None:
+            return self._inner
+        origin = (url.raw_scheme, url.raw_host, url.port)
+        if origin in self._proxies:
+            proxy = self._proxies[origin]
+        else:
+            proxy = self._proxies[origin] = environment_proxy(url)
+        pool = self._pools.get(proxy)
+        if pool is None:
+            pool = self._pools[proxy] = ShardedPool(self._connections, proxy)
+        return pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._gate.before_request()
-        response = await self._inner.handle_async_request(request)
+        response = await self._pool_for(request.url).handle_async_request(request)
         if response.status_code == 429:
             self._gate.throttled(retry_after(response.headers))
         elif response.status_code < 500:
@@ -164,7 +187,25 @@ class GatedTransport(httpx.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        for pool in [self._inner] if self._inner is not None else self._pools.values():
+            await pool.aclose()
+
+
+def environment_proxy(url: httpx.URL) -> str | None:
+    """The proxy the environment names for `url` (None: go direct), as httpx's client picks it.
+
+    `HTTPS_PROXY`/`HTTP_PROXY` by the URL's scheme, else `ALL_PROXY`; a host
+    `NO_PROXY` lists goes direct; a proxy written `host:port` is `http://`.
+    """
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    host = url.host if url.port is None else f"{url.host}:{url.port}"
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+    if bypass(host, proxies):  # the stdlib's NO_PROXY matching, as `getproxies` reads it
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
 
 
 @dataclass(slots=True)

@@ -144,14 +144,22 @@ class Interpreter:
                 )
 
     async def run_body(
-        self, body: Sequence[ast.Statement], scope: Scope, agent: AgentState, procedure: str | None
+        self,
+        body: Sequence[ast.Statement],
+        scope: Scope,
+        agent: AgentState,
+        procedure: str | None,
+        check_result: Callable[[Any], Any] | None = None,
     ) -> Outcome:
         """Run statements in order until a return; return (returned, value).
 
         In parallel mode the body owns a scheduler: its model calls run
         concurrently and are all drained before the body returns or fails.
+        `check_result` checks the returned value at the `=` that returns it, so
+        a wrong value's error points at that line.
         """
         frame = Frame(scope, agent, procedure)
+        frame.check_result = check_result
         if self.limiter is None:
             return await self._run_statements(body, frame)
         async with Scheduler(self.limiter, quiet=self.calls.quiet) as scheduler:
@@ -338,7 +346,8 @@ class Interpreter:
         with trace.frame(
             kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure
         ):
-            return True, await self.evaluate_value(node.value, frame, native_call=False)
+            value = await self.evaluate_value(node.value, frame, native_call=False)
+            return True, value if frame.check_result is None else frame.check_result(value)
 
     async def _python_statement(self, node: ast.PythonStatement, frame: Frame) -> None:
         with trace.frame(
@@ -875,7 +884,7 @@ class _Namespace(dict[str, Any]):
 class Frame:
     """The running state of one body: its scope, agent state and procedure name."""
 
-    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence")
+    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence", "check_result")
 
     def __init__(self, scope: Scope, agent: AgentState, procedure: str | None) -> None:
         self.scope = scope
@@ -883,10 +892,13 @@ class Frame:
         self.procedure = procedure
         self.scheduler: Scheduler | None = None
         self.sequence = 0
+        self.check_result: Callable[[Any], Any] | None = None
+        """The procedure's return-type check, run by its `=` statements."""
 
     def snapshot(self) -> Frame:
         """A copy whose scope chain holds today's bindings (later writes do not show)."""
         copy = Frame(self.scope.snapshot(), self.agent, self.procedure)
+        copy.check_result = self.check_result
         return copy
 
 

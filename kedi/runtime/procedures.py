@@ -140,12 +140,17 @@ class KediProcedure:
             procedure=node.name,
             snippet=interp.snippet(node.span),
         ):
-            returned, value = await interp.run_body(node.body, scope, self.agent, node.name)
-            if not returned:
-                value = ""
-            return interp.check(
-                self._result_type(), value, f"return value of `{node.name}`", missing=not returned
+            what = f"return value of `{node.name}`"
+            returned, value = await interp.run_body(
+                node.body,
+                scope,
+                self.agent,
+                node.name,
+                lambda value: interp.check(self._result_type(), value, what),
             )
+            if returned:
+                return value  # checked by the `=` that returned it, which the error points at
+            return interp.check(self._result_type(), "", what, missing=True)
 
     def _parameter_types(self) -> dict[str, Any]:
         if self._param_types is None:

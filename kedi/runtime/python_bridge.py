@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType, ModuleType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kedi.errors import KediExecutionError, KediPythonTrace
 from kedi.runtime import interrupts
@@ -327,11 +327,7 @@ class PythonBridge:
         callers = self._callers.get(code)
         if callers is None:
             tree = parse_leniently(snippet_source(code.code), self._filename(code), "exec")
-            finder = _CallFinder()
-            finder.visit(tree)
-            callers = self._callers[code] = _Callers(
-                frozenset(finder.awaitable), frozenset(finder.other)
-            )
+            callers = self._callers[code] = _find_calls(tree)
         return (
             names <= callers.awaitable
             and callers.other.isdisjoint(names)
@@ -365,11 +361,10 @@ class PythonBridge:
     def _compile_block(self, code: PythonCode) -> _Block:
         filename = self._filename(code)
         try:
-            tree = parse_leniently(snippet_source(code.code), filename, "exec")
+            tree = cast(ast.Module, parse_leniently(snippet_source(code.code), filename, "exec"))
         except SyntaxError as exc:
             raise self._syntax_failure(exc, code, filename) from None
-        rewriter = _ReturnRewriter()
-        tree = ast.fix_missing_locations(rewriter.visit(tree))
+        returns = _rewrite_returns(tree)
         try:
             compiled = compile(tree, filename, "exec", dont_inherit=True)
         except SyntaxError as exc:
@@ -379,9 +374,7 @@ class PythonBridge:
         reads, stores = _global_names(compiled)
         reads.discard(RETURN_NAME)
         dynamic = not DYNAMIC_ACCESS.isdisjoint(reads)
-        return _Block(
-            compiled, frozenset(reads), None if dynamic else frozenset(stores), rewriter.found
-        )
+        return _Block(compiled, frozenset(reads), None if dynamic else frozenset(stores), returns)
 
     def _awaiting_code(
         self, code: PythonCode, mode: PythonMode, procedures: frozenset[str]
@@ -391,10 +384,9 @@ class PythonBridge:
         if compiled is None:
             filename = self._filename(code)
             tree = parse_leniently(snippet_source(code.code), filename, mode)
-            tree = _AwaitRewriter(procedures).visit(tree)
+            _await_procedure_calls(tree, procedures)
             if mode == "exec":
-                tree = _ReturnRewriter().visit(tree)
-            tree = ast.fix_missing_locations(tree)
+                _rewrite_returns(tree)
             flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
             compiled = self._awaiting[key] = compile(
                 tree, filename, mode, flags=flags, dont_inherit=True
@@ -465,76 +457,111 @@ class PythonBridge:
         return PythonFailure(message, exc, trace, (trace,))
 
 
-class _ReturnRewriter(ast.NodeTransformer):
-    """Rewrites top-level `return x` into `raise __kedi_return__(x)`."""
+def _rewrite_returns(tree: ast.AST) -> bool:
+    """Rewrite top-level `return x` into `raise __kedi_return__(x)`; tell whether there was one.
 
-    def __init__(self) -> None:
-        self.found = False
+    A `return` inside a function or class belongs to it, not to the fence.
+    Iterative (and statements only: no expression holds a `return`), so code
+    nested as deeply as Python itself compiles is walked without recursion.
+    """
+    found = False
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        for _field, value in ast.iter_fields(node):
+            if not isinstance(value, list):
+                continue
+            for index, child in enumerate(value):
+                if isinstance(child, ast.Return):
+                    found = True
+                    result = (
+                        child.value if child.value is not None else _at(ast.Constant(None), child)
+                    )
+                    call = _at(
+                        ast.Call(_at(ast.Name(RETURN_NAME, ast.Load()), child), [result], []), child
+                    )
+                    value[index] = _at(ast.Raise(exc=call, cause=None), child)
+                elif isinstance(
+                    child, ast.stmt | ast.excepthandler | ast.match_case
+                ) and not isinstance(child, _OWN_RETURNS):
+                    pending.append(child)
+    return found
 
-    def visit_Return(self, node: ast.Return) -> ast.Raise:
-        self.found = True
-        value = node.value if node.value is not None else ast.Constant(None)
-        call = ast.Call(ast.Name(RETURN_NAME, ast.Load()), [value], [])
-        return ast.copy_location(ast.Raise(exc=call, cause=None), node)
 
-    def _keep(self, node: ast.AST) -> ast.AST:
-        # A `return` inside a function or class belongs to it, not to the fence.
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
-
+_OWN_RETURNS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+"""Bodies whose `return` is their own, not the fence's."""
 
 _SYNC_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)
 """Where `await` cannot stand: calls of procedures there stay synchronous."""
 
 
-class _CallFinder(ast.NodeVisitor):
-    """Sorts name reads into direct calls that can be awaited and every other use."""
-
-    def __init__(self) -> None:
-        self.awaitable: set[str] = set()
-        self.other: set[str] = set()
-        self._sync_depth = 0
-
-    def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and not self._sync_depth:
-            self.awaitable.add(node.func.id)
+def _find_calls(tree: ast.AST) -> _Callers:
+    """Sort name reads into direct calls that can be awaited and every other use (iteratively)."""
+    awaitable: set[str] = set()
+    other: set[str] = set()
+    pending: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while pending:
+        node, synchronous = pending.pop()
+        if isinstance(node, ast.Name):
+            other.add(node.id)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and not synchronous:
+                awaitable.add(node.func.id)
+            else:
+                pending.append((node.func, synchronous))
+            pending.extend((child, synchronous) for child in (*node.args, *node.keywords))
         else:
-            self.visit(node.func)
-        for child in (*node.args, *node.keywords):
-            self.visit(child)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self.other.add(node.id)
-
-    def _sync_scope(self, node: ast.AST) -> None:
-        self._sync_depth += 1
-        self.generic_visit(node)
-        self._sync_depth -= 1
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _sync_scope
-    visit_GeneratorExp = _sync_scope
+            inner = synchronous or isinstance(node, _SYNC_SCOPES)
+            pending.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return _Callers(frozenset(awaitable), frozenset(other))
 
 
-class _AwaitRewriter(ast.NodeTransformer):
-    """Rewrites direct calls `f(args)` of the named procedures into `await __kedi_call__(f, args)`."""
+def _await_procedure_calls(tree: ast.AST, procedures: frozenset[str]) -> None:
+    """Rewrite direct calls `f(args)` of `procedures` into `await __kedi_call__(f, args)`.
 
-    def __init__(self, procedures: frozenset[str]) -> None:
-        self.procedures = procedures
+    Calls inside a `def`, `lambda`, class body or generator expression stay
+    (`calls_only` sends code with procedure calls there to a worker thread).
+    Iterative: the places of the calls are found top-down, then rewritten
+    bottom-up, so an inner call is rewritten before the call holding it.
+    """
+    places: list[tuple[ast.AST, str, int | None]] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        for field, value in ast.iter_fields(node):
+            children = value if isinstance(value, list) else [value]
+            for index, child in enumerate(children):
+                if not isinstance(child, ast.AST) or isinstance(child, _SYNC_SCOPES):
+                    continue
+                if (
+                    isinstance(child, ast.Call)
+                    and isinstance(child.func, ast.Name)
+                    and child.func.id in procedures
+                ):
+                    places.append((node, field, index if isinstance(value, list) else None))
+                pending.append(child)
+    for parent, field, position in reversed(places):
+        value = getattr(parent, field)
+        node = value[position] if position is not None else value
+        call = _at(
+            ast.Call(
+                _at(ast.Name(CALL_NAME, ast.Load()), node), [node.func, *node.args], node.keywords
+            ),
+            node,
+        )
+        awaited = _at(ast.Await(call), node)
+        if position is not None:
+            value[position] = awaited
+        else:
+            setattr(parent, field, awaited)
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in self.procedures:
-            call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [node.func, *node.args], node.keywords)
-            return ast.copy_location(ast.Await(call), node)
-        return node
 
-    def _keep(self, node: ast.AST) -> ast.AST:
-        return node  # `calls_only` sends code with procedure calls here to a worker thread
+_Located = TypeVar("_Located", bound=ast.AST)
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = (
-        visit_GeneratorExp
-    ) = _keep
+
+def _at(new: _Located, old: ast.AST) -> _Located:
+    """`new` placed at `old`'s location (instead of a recursive `ast.fix_missing_locations`)."""
+    return ast.copy_location(new, old)
 
 
 def _released(call: ProcedureCall) -> ProcedureCall:

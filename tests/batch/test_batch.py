@@ -112,6 +112,29 @@ def test_bad_rows_are_clear_errors_before_anything_runs(
     assert not paths["out"].exists()
 
 
+def test_fields_the_program_reads_that_no_row_has_are_refused_up_front(
+    tmp_path: Path, store: Path
+) -> None:
+    paths = write_job(tmp_path, 1)  # the program reads args.text on its line 1
+    paths["inputs"] = tmp_path / "rows.csv"
+    paths["inputs"].write_text("a;b\n1;x\n2;y\n")  # ;-separated: one field named 'a;b'
+    result = batch(paths)
+    assert result.exit_code == 1
+    assert "no row has the field(s) the program reads: args.text (" in result.stderr
+    assert "label.kedi:1)" in result.stderr
+    assert "'a;b'" in result.stderr and "separated by commas" in result.stderr
+    assert "NoneType" not in result.output and "Traceback" not in result.output
+    assert not paths["out"].exists() and not store.exists()
+
+
+def test_a_field_some_rows_have_is_not_refused(tmp_path: Path, store: Path) -> None:
+    paths = write_job(tmp_path, 2)
+    paths["inputs"].write_text('{"text": "<row-0>"}\n{"other": 1}\n')
+    result = batch(paths)
+    assert [row["value"] for row in results(paths["out"])][0] == label(0)
+    assert result.exit_code == 1  # the row without text fails on its own
+
+
 def test_resume_skips_finished_rows_and_retry_errors_reruns_failed_ones(
     tmp_path: Path, store: Path
 ) -> None:

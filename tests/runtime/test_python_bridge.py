@@ -355,3 +355,22 @@ def test_concurrent_use_from_threads(bridge: PythonBridge) -> None:
         results = list(pool.map(run, range(8)))
     for k, values in enumerate(results):
         assert values == [i * (((k + i) % 8) + 1) for i in range(50)]
+
+
+DEEP = " + ".join(["1"] * 700)
+"""A sum Python compiles, nested deeper than a recursive walk of its tree can go."""
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"= `{DEEP}`\n",  # an expression
+        f"= ```\nx = {DEEP}\nreturn x\n```\n",  # a fence's return
+        f"@one() -> int:\n  = `1`\n\n= `{DEEP} - 1 + one()`\n",  # a procedure call, awaited
+    ],
+    ids=["expression", "fence", "procedure-call"],
+)
+def test_code_nested_as_deep_as_python_compiles_runs(source: str) -> None:
+    from tests.runtime.conftest import run
+
+    assert run(source) == 700

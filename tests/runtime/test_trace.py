@@ -115,3 +115,23 @@ def test_a_long_source_line_is_cut_to_a_screen_line_in_the_trace() -> None:
     shown = [line for line in rendered.splitlines() if "long text" in line]
     assert len(shown) == 3  # two Kedi frames and the embedded Python line, each cut
     assert all(len(line) < 120 and line.endswith("...") for line in shown)
+
+
+WRONG_RETURN = """\
+@f(n: int) -> str:
+  [x: int] = `n`
+  ```
+  if n > 5:
+      n = 0
+  ```
+  = `x`
+
+= `f(1)`
+"""
+
+
+@pytest.mark.parametrize("parallel", [None, 2])
+def test_a_wrong_return_type_points_at_the_line_returning_it(parallel: int | None) -> None:
+    error = failure(WRONG_RETURN, parallel=parallel)
+    assert "return value of `f`: expected str, got int" in str(error)
+    assert frames(error)[-2:] == [("procedure", 1), ("return", 7)]
