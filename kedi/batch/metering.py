@@ -178,8 +178,11 @@ class GatedTransport(httpx.AsyncBaseTransport):
         return pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # The pool first: making one loads the CA bundle (~50 ms of blocked loop),
+        # which must not fall between the gate's slot and the send (a burst).
+        pool = self._pool_for(request.url)
         await self._gate.before_request()
-        response = await self._pool_for(request.url).handle_async_request(request)
+        response = await pool.handle_async_request(request)
         if response.status_code == 429:
             self._gate.throttled(retry_after(response.headers))
         elif response.status_code < 500:
