@@ -49,7 +49,9 @@ for i in range(10**7):
 return total
 ```
 """,
-        (2, 3),  # whichever statement of `step` was running
+        # Whichever statement was running: one of `step`'s, or (under load the
+        # signal may land there) the fence's loop between two calls.
+        (2, 3, 4),
     ),
     # Waiting for a model that takes 30 s to answer.
     "model": (
