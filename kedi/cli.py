@@ -333,7 +333,7 @@ def _run(
     **session_options: Any,
 ) -> None:
     from kedi.adapters.endpoint import command_line_options
-    from kedi.cli_history import SessionOptions, run_session
+    from kedi.cli_history import SessionOptions, resume_arguments, run_session
     from kedi.cli_options import (
         check_default_model,
         missing_option_hints,
@@ -379,7 +379,15 @@ def _run(
                     recorder=stored and stored.recorder,
                 )
         except BaseException as error:
-            hint = stored.finish(error) if stored is not None else ""
+            rerun = resume_arguments(
+                ctx.args,
+                adapter=adapter,
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                structured_mode=structured_mode,
+            )
+            hint = stored.finish(error, rerun) if stored is not None else ""
             if isinstance(error, KediError):
                 hints = missing_option_hints(given, read, path, error)
                 _fail(error, [*hints, *([hint] if hint else [])])

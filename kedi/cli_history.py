@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kedi.errors import KediError, KediUsageError
+from kedi.redaction import redact_text
 
 if TYPE_CHECKING:
     from kedi.history.store import RunInfo, SessionInfo, TurnRecord, TurnSummary
@@ -85,8 +87,13 @@ class RunSession:
     recorder: SessionRecorder
     program_label: str
 
-    def finish(self, error: BaseException | None) -> str:
-        """Record how the run ended; for a stopped run, return the line saying where and how to resume."""
+    def finish(self, error: BaseException | None, rerun: Sequence[str] = ()) -> str:
+        """Record how the run ended; for a stopped run, return the line saying where and how to resume.
+
+        `rerun` is what the resume command repeats after the program: the
+        options that chose the model and the program's own arguments (a
+        resume without them would go on with another model, or miss `args`).
+        """
         store, recorder = self.store, self.recorder
         if recorder.mode == "replay" and not recorder.record:
             store.close()
@@ -125,11 +132,23 @@ class RunSession:
             return ""
         where = failure.get("origin") if failure else ""
         stage = f" ({failure['stage']})" if failure and failure.get("stage") else ""
-        program = "-c SOURCE" if self.program_label == "<command>" else self.program_label
-        return (
-            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
-            f"Resume with: kedi run {program} --resume {self.session.name or self.session.id}"
+        program = (
+            "-c SOURCE" if self.program_label == "<command>" else shlex.quote(self.program_label)
         )
+        command = shlex.join(["--resume", self.session.name or self.session.id, *rerun])
+        return redact_text(
+            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
+            f"Resume with: kedi run {program} {command}"
+        )
+
+
+def resume_arguments(program_args: Sequence[str], **model_options: str | None) -> list[str]:
+    """What a resume command repeats: the options given that choose the model
+    (`model="x"` gives `--model x`), then the program's own arguments."""
+    flags = [
+        f"--{name.replace('_', '-')}={value}" for name, value in model_options.items() if value
+    ]
+    return [*flags, *program_args]
 
 
 def _first_line(error: BaseException) -> str:

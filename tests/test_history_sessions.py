@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from kedi.cli_options import read_options
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.kedi"))
+SECRET = "sk-proj-abcdefghijklmnopqrstuvwx"
 CHAT = "> history: enabled\n[reply] << <`args.message`>\n= <reply>\n"
 
 
@@ -224,7 +226,9 @@ def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_ca
     script.write_text(json.dumps(replies))
     failed = kedi("run", str(program), "--model", f"script:{script}", "--session", "t")
     assert failed.returncode == 1
-    assert f"Resume with: kedi run {program} --resume t" in failed.stderr
+    # The resume command repeats the option that chose the model: run as printed, it resumes.
+    resume_command = failed.stderr.split("Resume with: ")[1].splitlines()[0]
+    assert resume_command == f"kedi run {program} --resume t --model=script:{script}"
     assert f"{program}:" in failed.stderr.splitlines()[-1]
     runs = json.loads(kedi("history", "show", "t", "--json").stdout)["runs"]
     assert runs[-1]["status"] == "failed" and '"tools":""' not in runs[-1]["failure"]["lane"]
@@ -237,16 +241,7 @@ def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_ca
     # call continues on the lane of the same tool contract from its partial.
     # (the same model: a script's path is its model name, so the file keeps its name)
     script.write_text(json.dumps(["done"]))
-    resumed = kedi(
-        "run",
-        str(program),
-        "--model",
-        f"script:{script}",
-        "--resume",
-        "t",
-        "--transcript",
-        str(tmp_path / "t.jsonl"),
-    )
+    resumed = kedi(*shlex.split(resume_command)[1:], "--transcript", str(tmp_path / "t.jsonl"))
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "hi / done"
     sent = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
@@ -256,6 +251,34 @@ def test_a_failed_tool_call_is_stored_and_resumed_without_repeating_completed_ca
     assert contents == ["Look it up", "", "found x", "Look it up"]
     shown = json.loads(kedi("history", "show", "t", "--json").stdout)
     assert shown["runs"][-1]["status"] == "ok" and len(shown["runs"]) == 1
+
+
+def test_the_resume_command_repeats_the_programs_arguments_and_masks_secrets(
+    tmp_path: Path,
+) -> None:
+    program = tmp_path / "greet.kedi"
+    program.write_text(
+        "[greeting] << Greet <`args.name`>\n= `f'{greeting}, {args.name} ({len(args.token)})'`\n"
+    )
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"error": "overloaded"}]))
+    secret = SECRET
+    failed = kedi(
+        "run", str(program), "--model", f"script:{script}", "--name", "Ada Lovelace",
+        "--token", secret, "--session", "g",
+    )  # fmt: skip
+    assert failed.returncode == 1
+    resume_command = failed.stderr.split("Resume with: ")[1].splitlines()[0]
+    assert secret not in failed.stderr
+    assert resume_command.startswith(
+        f"kedi run {program} --resume g --model=script:{script} --name 'Ada Lovelace' --token "
+    )
+    script.write_text(json.dumps(["Hello"]))
+    arguments = shlex.split(resume_command)[1:]
+    arguments[-1] = secret  # the user types the secret again
+    resumed = kedi(*arguments)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == f"Hello, Ada Lovelace ({len(secret)})"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -384,12 +407,12 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
     marker = tmp_path / "reached"
     program.write_text(
         "> history: enabled\n>> first [a]\n"
-        f"```\nimport os, pathlib, time\nif not os.environ.get('FAST'):\n    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(60)\n```\n"
+        f"```\nimport os, pathlib, time\ntoken = args.token\nif not os.environ.get('FAST'):\n    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(60)\n```\n"
         ">> second [b]\n= <b>\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "kedi", "run", str(program), "--session", "slow"],
+        [sys.executable, "-m", "kedi", "run", str(program), "--session", "slow", "--token", SECRET],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -407,7 +430,9 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
         child.send_signal(signal.SIGINT)
         _, stderr = child.communicate(timeout=60)
     assert child.returncode != 0
-    assert f"Resume with: kedi run {program} --resume slow" in stderr
+    # The resume command repeats the program's arguments, a secret masked (Ctrl-C's own line).
+    assert f"Resume with: kedi run {program} --resume slow --token ***" in stderr
+    assert SECRET not in stderr
     shown = json.loads(kedi("history", "show", "slow", "--json").stdout)
     assert shown["runs"][-1]["status"] == "interrupted" and len(shown["turns"]) == 1
     resumed = kedi(
@@ -415,6 +440,8 @@ def test_an_interrupted_run_is_stored_and_resumed(tmp_path: Path) -> None:
         str(program),
         "--resume",
         "slow",
+        "--token",
+        SECRET,
         "--transcript",
         str(tmp_path / "t.jsonl"),
         env={"FAST": "1"},
