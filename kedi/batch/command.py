@@ -53,8 +53,8 @@ class BatchCommand:
         compile_program(source, path=program)  # syntax and check errors before anything is recorded
         data = Inputs.open(inputs, input_format)
         rows = list(data.rows(options["id_field"]))
-        if reads is not None:
-            check_fields(rows, reads(source), program, data.label)
+        fields_read = reads(source) if reads is not None else {}
+        check_fields(rows, fields_read, program, data.label)
         program_digest, inputs_digest = job_fingerprint(source, data)
         job = options["job"] or default_job_name(program, program_digest, inputs_digest)
         location = store_location()
@@ -70,6 +70,7 @@ class BatchCommand:
             adapter=options["adapter"],
             model=options["model"],
             base_url=options["base_url"],
+            fields_read=tuple(fields_read.items()),
         )
         return cls(job, spec, rows, ledger, out, options)
 

@@ -46,6 +46,18 @@ class BatchSpec:
     adapter: str | None = None
     model: str | None = None
     base_url: str | None = None
+    fields_read: tuple[tuple[str, int], ...] = ()
+    """The row fields the program reads (`args.text`), each with the first line reading it."""
+
+    def missing_fields(self, row: Row) -> str:
+        """What a failed row's error adds when the row lacks fields the program reads ("" if none)."""
+        present = {name.replace("-", "_") for name in row.args}
+        missing = [
+            f"args.{name} ({self.program_path}:{line})"
+            for name, line in self.fields_read
+            if name not in present
+        ]
+        return f" (this row has no field for {', '.join(missing)})" if missing else ""
 
 
 class AdapterPool:
@@ -224,6 +236,7 @@ class RowRunner:
             Exception
         ) as row_error:  # a bug in one row must not end the job; the row says what it was
             error = describe_error(row_error)
+            error["message"] += self.spec.missing_fields(row)
         except (
             BaseException
         ):  # cancelled (Ctrl-C): no outcome; the next run resumes the row from here

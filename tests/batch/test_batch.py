@@ -131,8 +131,12 @@ def test_a_field_some_rows_have_is_not_refused(tmp_path: Path, store: Path) -> N
     paths = write_job(tmp_path, 2)
     paths["inputs"].write_text('{"text": "<row-0>"}\n{"other": 1}\n')
     result = batch(paths)
-    assert [row["value"] for row in results(paths["out"])][0] == label(0)
-    assert result.exit_code == 1  # the row without text fails on its own
+    rows = results(paths["out"])
+    assert rows[0]["value"] == label(0) and rows[0]["error"] is None
+    assert result.exit_code == 1  # the row without text fails on its own, saying why
+    assert rows[1]["error"]["message"].endswith(
+        f"(this row has no field for args.text ({paths['program']}:1))"
+    )
 
 
 def test_resume_skips_finished_rows_and_retry_errors_reruns_failed_ones(
