@@ -52,6 +52,8 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 _TOKEN_SHAPED = re.compile(
     r"\b(sk-[A-Za-z0-9_\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9-]{10,})"
 )
+_GITHUB_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+"""The prefixes `_TOKEN_SHAPED` finds GitHub tokens by."""
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
 _MIN_ENV_SECRET = 8
 """Environment values shorter than this are not treated as secrets (flags, small numbers)."""
@@ -179,7 +181,7 @@ def _may_need_masking(text: str, spellings: tuple[str, ...]) -> bool:
         return True
     if ("://" in text and "@" in text) or "sk-" in text or "xox" in text:
         return True
-    if "gh" in text and "_" in text:
+    if "gh" in text and any(prefix in text for prefix in _GITHUB_PREFIXES):
         return True
     lowered = text.lower()
     return "bearer" in lowered or "basic" in lowered
@@ -264,7 +266,6 @@ _SECRET_KEY_ENDS = tuple(
 )
 """How a key that may name a secret ends in compact JSON text, lowercased, `-` and `_` left out:
 the endings `_SECRET_KEY` requires (its exact names end in `authorization`, `key` or `cookie`)."""
-_GITHUB_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 
 
 def _json_may_need_masking(text: str, escaped_spellings: tuple[str, ...]) -> bool:
@@ -276,18 +277,9 @@ def _json_may_need_masking(text: str, escaped_spellings: tuple[str, ...]) -> boo
     known secret reads as its escaped spelling; a key is followed by `":`.
     Non-ASCII text always takes the masking path, as in `_may_need_masking`.
     """
-    if not text.isascii():
+    if _may_need_masking(text, escaped_spellings):
         return True
-    if any(spelling in text for spelling in escaped_spellings):
-        return True
-    if ("://" in text and "@" in text) or "sk-" in text or "xox" in text:
-        return True
-    if "gh" in text and any(prefix in text for prefix in _GITHUB_PREFIXES):
-        return True
-    lowered = text.lower()
-    if "bearer" in lowered or "basic" in lowered:
-        return True
-    keys = lowered.replace("-", "").replace("_", "")
+    keys = text.lower().replace("-", "").replace("_", "")
     return any(ending in keys for ending in _SECRET_KEY_ENDS)
 
 
