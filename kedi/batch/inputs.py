@@ -30,6 +30,10 @@ class Row:
     key: str
     args: dict[str, Any]
 
+    def fields(self) -> set[str]:
+        """The row's field names as a program reads them (`text-id` is `args.text_id`)."""
+        return {name.replace("-", "_") for name in self.args}
+
 
 class Inputs:
     """A batch's input, held as bytes so it can be fingerprinted and read again."""
@@ -117,7 +121,7 @@ def check_fields(rows: list[Row], reads: Mapping[str, int], program: str, label:
     """
     if not rows:
         return
-    present = {name.replace("-", "_") for row in rows for name in row.args}
+    present = set().union(*(row.fields() for row in rows))
     missing = [name for name in reads if name not in present]
     if not missing:
         return

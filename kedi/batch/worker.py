@@ -51,7 +51,7 @@ class BatchSpec:
 
     def missing_fields(self, row: Row) -> str:
         """What a failed row's error adds when the row lacks fields the program reads ("" if none)."""
-        present = {name.replace("-", "_") for name in row.args}
+        present = row.fields()
         missing = [
             f"args.{name} ({self.program_path}:{line})"
             for name, line in self.fields_read
