@@ -46,7 +46,7 @@ import httpx  # noqa: E402
 
 from kedi.batch.committer import GroupCommitter  # noqa: E402
 from kedi.batch.engine import Engine, LocalEngine, run_batch  # noqa: E402
-from kedi.batch.inputs import Inputs, job_fingerprint  # noqa: E402
+from kedi.batch.inputs import Inputs, Row, job_fingerprint  # noqa: E402
 from kedi.batch.ledger import JobInfo, Outcome, RowSession, StoreLedger  # noqa: E402
 from kedi.batch.limits import RateLimiter  # noqa: E402
 from kedi.batch.worker import BatchSpec  # noqa: E402
@@ -128,6 +128,21 @@ class Run:
     """CPU milliseconds per row, over every process of the engine (driver, Ray's processes, actors)."""
 
 
+def open_job(folder: Path, job: str) -> tuple[Path, str, list[Row], str, StoreLedger]:
+    """The job in `folder` (made by `write_job`) opened as `kedi batch` opens it, on a store of its own:
+    the program, its source, the rows, the store's path and its ledger."""
+    program = folder / "label.kedi"
+    source = program.read_text()
+    inputs = Inputs.open(str(folder / "rows.jsonl"))
+    store = str(folder / f"{job}.db")
+    ledger = StoreLedger(store)
+    program_digest, inputs_digest = job_fingerprint(source, inputs)
+    ledger.open_job(
+        JobInfo(job, str(program), program_digest, "rows.jsonl", inputs_digest), force=False
+    )
+    return program, source, list(inputs.rows()), store, ledger
+
+
 def kedi_rate(
     folder: Path,
     base_url: str,
@@ -136,16 +151,7 @@ def kedi_rate(
     server: frozenset[int] = frozenset(),
 ) -> Run:
     """`kedi batch` on the job in `folder`: its rate and CPU per row (start-up not counted)."""
-    program = folder / "label.kedi"
-    source = program.read_text()
-    inputs = Inputs.open(str(folder / "rows.jsonl"))
-    rows = list(inputs.rows())
-    store = str(folder / f"{engine_name}.db")
-    ledger = StoreLedger(store)
-    program_digest, inputs_digest = job_fingerprint(source, inputs)
-    ledger.open_job(
-        JobInfo(engine_name, str(program), program_digest, "rows.jsonl", inputs_digest), force=False
-    )
+    program, source, rows, store, ledger = open_job(folder, engine_name)
     spec = BatchSpec(
         job=engine_name,
         program_source=source,

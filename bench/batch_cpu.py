@@ -36,11 +36,9 @@ for entry in (ROOT, ROOT / "bench"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-from batch import httpx_loop, kedi_rate, request_body  # noqa: E402
+from batch import httpx_loop, kedi_rate, open_job, request_body  # noqa: E402
 
 from kedi.batch.engine import LocalEngine, run_batch  # noqa: E402
-from kedi.batch.inputs import Inputs, job_fingerprint  # noqa: E402
-from kedi.batch.ledger import JobInfo, StoreLedger  # noqa: E402
 from kedi.batch.limits import RateLimiter  # noqa: E402
 from kedi.batch.worker import BatchSpec  # noqa: E402
 from tests.batch.helpers import CountingServer, write_job  # noqa: E402
@@ -59,16 +57,7 @@ def _per_row(start: Cpu, end: Cpu, rows: int) -> Cpu:
 
 def offline_cpu(folder: Path, job: str, parallel: int) -> Cpu:
     """The job in `folder` on the offline model: CPU per row from the rows' start to their end."""
-    program = folder / "label.kedi"
-    source = program.read_text()
-    inputs = Inputs.open(str(folder / "rows.jsonl"))
-    rows = list(inputs.rows())
-    store = str(folder / f"{job}.db")
-    ledger = StoreLedger(store)
-    program_digest, inputs_digest = job_fingerprint(source, inputs)
-    ledger.open_job(
-        JobInfo(job, str(program), program_digest, "rows.jsonl", inputs_digest), force=False
-    )
+    program, source, rows, store, ledger = open_job(folder, job)
     spec = BatchSpec(
         job=job, program_source=source, program_path=str(program), store=store, model="offline"
     )
