@@ -712,13 +712,17 @@ class Interpreter:
         except Exception:
             return _source_text(expr)
 
-    def check(self, annotation: Any, value: Any, what: str, *, missing: bool = False) -> Any:
-        """Strict validation at a boundary (no coercion)."""
+    def check(
+        self, annotation: Any, value: Any, what: str, *, missing: bool = False, hint: str = ""
+    ) -> Any:
+        """Strict validation at a boundary (no coercion); `hint` follows a failure's message."""
         try:
             return check_value(annotation, value)
         except TypeCheckError as exc:
             if missing:
                 message = f"{what}: the procedure ended without returning a value (declared `{type_label(annotation)}`)"
+                if hint:
+                    message += f"\nhint: {hint}"
             else:
                 message = f"{what}: {exc}"
             raise KediTypeExecutionError(

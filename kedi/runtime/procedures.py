@@ -34,6 +34,7 @@ from kedi.errors import KediExecutionError, KediTypeExecutionError, KediUsageErr
 from kedi.runtime import trace
 from kedi.runtime.scopes import AgentState, Scope
 from kedi.syntax import ast
+from kedi.syntax.python_snippets import returns_at_top_level
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -150,7 +151,9 @@ class KediProcedure:
             )
             if returned:
                 return value  # checked by the `=` that returned it, which the error points at
-            return interp.check(self._result_type(), "", what, missing=True)
+            return interp.check(
+                self._result_type(), "", what, missing=True, hint=_ignored_return_hint(node.body)
+            )
 
     def _parameter_types(self) -> dict[str, Any]:
         if self._param_types is None:
@@ -162,6 +165,17 @@ class KediProcedure:
         if self._return_type is None:
             self._return_type = self.interpreter.resolve_type_in(self.node.returns, self.scope)
         return self._return_type
+
+
+def _ignored_return_hint(body: tuple[ast.Statement, ...]) -> str:
+    """What to write instead, when a standalone fence of `body` has a `return` (ignored, spec 2.7)."""
+    for statement in body:
+        if isinstance(statement, ast.PythonBlock) and returns_at_top_level(statement.code.code):
+            return (
+                f"the `return` in the ``` block at line {statement.span.line} only ends that "
+                "block (its value is ignored); to return it, open the block with = ```"
+            )
+    return ""
 
 
 def _too_deep() -> KediExecutionError:

@@ -97,6 +97,32 @@ def syntax_error(code: str, mode: PythonMode) -> SyntaxError | None:
     return None
 
 
+def returns_at_top_level(code: str) -> bool:
+    """Whether statement code has a `return` outside its own functions and classes.
+
+    In a standalone fence such a `return` only ends the block (spec 2.7: its
+    value is ignored); the runtime names it when a procedure then ends
+    without a value. Code that does not parse has none.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = parse_leniently(snippet_source(code), "<kedi>", "exec")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+    pending = list(python_ast.iter_child_nodes(tree))
+    while pending:  # a loop, not recursion: any nesting Python parses
+        node = pending.pop()
+        if isinstance(node, python_ast.Return):
+            return True
+        if not isinstance(node, _OWN_SCOPES):
+            pending.extend(python_ast.iter_child_nodes(node))
+    return False
+
+
+_OWN_SCOPES = (python_ast.FunctionDef, python_ast.AsyncFunctionDef, python_ast.ClassDef)
+
+
 class _TopLevelReturns(python_ast.NodeTransformer):
     """Turns each top-level `return x` into the expression `x`, so the rest compiles as it will run."""
 

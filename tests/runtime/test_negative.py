@@ -107,3 +107,31 @@ def test_return_block_must_return() -> None:
 def test_calling_a_non_procedure() -> None:
     with pytest.raises(KediTypeExecutionError, match="is not a procedure"):
         run("[name] = Ada\n= <name(x)>")
+
+
+def test_a_procedure_that_never_returns_names_its_declared_type() -> None:
+    with pytest.raises(KediTypeExecutionError) as info:
+        run("@f(n: int) -> int:\n  [m: int] = `n`\n\n= `f(2)`")
+    message = info.value.message
+    assert message == (
+        "return value of `f`: the procedure ended without returning a value (declared `int`)"
+    )
+
+
+def test_a_return_in_a_standalone_fence_is_ignored_and_the_error_says_so() -> None:
+    # Spec 2.7: a standalone fence's `return` value is ignored; `= ```` returns it.
+    source = "@f(n: int) -> int:\n  ```\n  if n:\n      return n * 2\n  ```\n\n= `f(2)`"
+    with pytest.raises(KediTypeExecutionError) as info:
+        run(source)
+    assert info.value.message.splitlines()[1] == (
+        "hint: the `return` in the ``` block at line 2 only ends that block "
+        "(its value is ignored); to return it, open the block with = ```"
+    )
+    assert run(source.replace("  ```\n  if", "  = ```\n  if")) == 4
+
+
+def test_a_return_inside_a_fenced_function_is_not_the_fence_returning() -> None:
+    source = "@f() -> int:\n  ```\n  def g():\n      return 1\n  ```\n\n= `f()`"
+    with pytest.raises(KediTypeExecutionError) as info:
+        run(source)
+    assert "hint" not in info.value.message
