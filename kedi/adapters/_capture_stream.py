@@ -22,7 +22,7 @@ from typing import Any
 
 from kedi.adapters.base import CallRequest, OutputSpec
 
-__all__ = ["CaptureText", "capture_text", "stream_in_one_piece"]
+__all__ = ["CaptureText", "capture_text", "stream_in_one_piece", "stream_value_in_one_piece"]
 
 _SIMPLE_ESCAPES = {
     "n": "\n",
@@ -65,6 +65,19 @@ def stream_in_one_piece(request: CallRequest, reply: str) -> None:
     capture = capture_text(request.output, request.on_delta)
     if capture is not None:
         capture.feed(reply)
+
+
+def stream_value_in_one_piece(request: CallRequest, value: Any) -> None:
+    """`stream_in_one_piece` from a call's validated value (`CallResult.value`), not its reply."""
+    if request.on_delta is None:
+        return
+    if request.output is None:
+        if isinstance(value, str) and value:
+            request.on_delta(value)
+        return
+    capture = capture_text(request.output, request.on_delta)
+    if capture is not None and isinstance(value, Mapping):
+        capture.whole(value)
 
 
 class CaptureText:

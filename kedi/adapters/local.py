@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import threading
+from dataclasses import replace
 from functools import partial
 from importlib import metadata
 from typing import Any, ClassVar
@@ -37,7 +38,8 @@ from typing import Any, ClassVar
 import anyio.to_thread
 import httpx
 
-from kedi.adapters.base import AdapterProfile
+from kedi.adapters._capture_stream import stream_value_in_one_piece
+from kedi.adapters.base import AdapterProfile, CallRequest, CallResult
 from kedi.adapters.openai import OpenAIAdapter, StructuredMode
 from kedi.errors import ExtraNotInstalledError, KediConfigError
 
@@ -147,6 +149,14 @@ class LocalAdapter(OpenAIAdapter):
 
     def __repr__(self) -> str:
         return f"LocalAdapter(model_path={self.model_path!r})"
+
+    async def request(self, request: CallRequest) -> CallResult:
+        """Run one call; llama.cpp answers whole here, so `on_delta` gets the reply in one piece."""
+        if request.on_delta is None:
+            return await super().request(request)
+        result = await super().request(replace(request, on_delta=None))
+        stream_value_in_one_piece(request, result.value)
+        return result
 
     @classmethod
     def capability_rows(cls) -> dict[str, str]:

@@ -360,7 +360,7 @@ class OpenAIAdapter(Adapter):
         elif plan is not None and plan.mode == "json_object":
             body["response_format"] = json_object_format(plan.schema()[0])
         body.update(options.params)
-        # A subclass whose transport cannot stream (local) answers whole; `on_delta` is not called.
+        # A subclass whose transport cannot stream (local) asks whole and sends `on_delta` the result.
         if self.profile.streaming and (self.stream or request.on_delta is not None):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

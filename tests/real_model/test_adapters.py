@@ -195,3 +195,15 @@ def test_the_local_model_example_runs_in_process(local_model: None) -> None:
     result = kedi.compile(path.read_text(encoding="utf-8"), path=str(path)).run_sync(model="local")
 
     assert isinstance(result, str) and " days in " in result and ", bags: " in result
+
+
+def test_stream_on_the_local_model_shows_the_reply_in_one_piece(local_model: None) -> None:
+    """llama.cpp answers whole in-process; `on_delta` still gets what a streaming model sends."""
+    program = kedi.compile(
+        "[reply] << Say hello.\n>> Name a colour: [colour] and a number: [n: int]\n= <reply>|<colour>"
+    )
+    pieces: list[str] = []
+    result = program.run_sync(model="local", settings=SMALL, on_delta=pieces.append)
+
+    reply, colour = result.split("|")
+    assert pieces == [reply, colour] if colour else pieces == [reply]
