@@ -38,7 +38,12 @@ from typing import Any, TypeVar, cast
 from kedi.errors import KediExecutionError, KediPythonTrace
 from kedi.runtime import interrupts
 from kedi.syntax.ast import PythonCode
-from kedi.syntax.python_snippets import PythonMode, parse_leniently, snippet_source
+from kedi.syntax.python_snippets import (
+    PythonMode,
+    parse_leniently,
+    snippet_source,
+    top_level_returns,
+)
 
 CALL_NAME = "__kedi_call__"
 """The global name through which awaited procedure calls go (present only while such code runs)."""
@@ -458,38 +463,16 @@ class PythonBridge:
 
 
 def _rewrite_returns(tree: ast.AST) -> bool:
-    """Rewrite top-level `return x` into `raise __kedi_return__(x)`; tell whether there was one.
-
-    A `return` inside a function or class belongs to it, not to the fence.
-    Iterative (and statements only: no expression holds a `return`), so code
-    nested as deeply as Python itself compiles is walked without recursion.
-    """
+    """Rewrite top-level `return x` into `raise __kedi_return__(x)`; tell whether there was one."""
     found = False
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        for _field, value in ast.iter_fields(node):
-            if not isinstance(value, list):
-                continue
-            for index, child in enumerate(value):
-                if isinstance(child, ast.Return):
-                    found = True
-                    result = (
-                        child.value if child.value is not None else _at(ast.Constant(None), child)
-                    )
-                    call = _at(
-                        ast.Call(_at(ast.Name(RETURN_NAME, ast.Load()), child), [result], []), child
-                    )
-                    value[index] = _at(ast.Raise(exc=call, cause=None), child)
-                elif isinstance(
-                    child, ast.stmt | ast.excepthandler | ast.match_case
-                ) and not isinstance(child, _OWN_RETURNS):
-                    pending.append(child)
+    for statements, index in top_level_returns(tree):
+        found = True
+        child = statements[index]
+        result = child.value if child.value is not None else _at(ast.Constant(None), child)
+        call = _at(ast.Call(_at(ast.Name(RETURN_NAME, ast.Load()), child), [result], []), child)
+        statements[index] = _at(ast.Raise(exc=call, cause=None), child)
     return found
 
-
-_OWN_RETURNS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-"""Bodies whose `return` is their own, not the fence's."""
 
 _SYNC_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)
 """Where `await` cannot stand: calls of procedures there stay synchronous."""

@@ -13,7 +13,8 @@ import ast as python_ast
 import re
 import textwrap
 import warnings
-from typing import Literal, cast
+from collections.abc import Iterator
+from typing import Any, Literal, cast
 
 PythonMode = Literal["exec", "eval"]
 """How a snippet compiles: statements (fences, statement lines) or one expression."""
@@ -83,8 +84,13 @@ def syntax_error(code: str, mode: PythonMode) -> SyntaxError | None:
         warnings.simplefilter("ignore")
         try:
             tree = parse_leniently(source, "<kedi>", mode)
-            if mode == "exec":
-                tree = python_ast.fix_missing_locations(_TopLevelReturns().visit(tree))
+            if mode == "exec":  # a top-level `return x` runs as the expression `x`
+                for statements, index in top_level_returns(tree):
+                    returned = statements[index]
+                    value = returned.value or python_ast.copy_location(
+                        python_ast.Constant(None), returned
+                    )
+                    statements[index] = python_ast.copy_location(python_ast.Expr(value), returned)
             compile(
                 tree, "<kedi>", mode, flags=python_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
             )
@@ -92,8 +98,15 @@ def syntax_error(code: str, mode: PythonMode) -> SyntaxError | None:
             return error
         except ValueError as error:  # "source code string cannot contain null bytes"
             return SyntaxError(str(error), ("<kedi>", 1, 1, source.partition("\n")[0]))
-        except (RecursionError, MemoryError):
-            return None  # too deeply nested to analyse here; the run reports what Python says
+        except (
+            RecursionError,
+            MemoryError,
+        ) as error:  # CPython's own nesting limit: the run fails too
+            reason = str(error) or type(error).__name__
+            first = source.partition("\n")[0]
+            return SyntaxError(
+                f"too deeply nested for Python to compile ({reason})", ("<kedi>", 1, 1, first)
+            )
     return None
 
 
@@ -110,30 +123,33 @@ def returns_at_top_level(code: str) -> bool:
             tree = parse_leniently(snippet_source(code), "<kedi>", "exec")
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
-    pending = list(python_ast.iter_child_nodes(tree))
-    while pending:  # a loop, not recursion: any nesting Python parses
+    return next(top_level_returns(tree), None) is not None
+
+
+def top_level_returns(tree: python_ast.AST) -> Iterator[tuple[list[Any], int]]:
+    """Each top-level `return` of statement code, as (its statement list, its index there).
+
+    A `return` inside a function or class belongs to it, not to the snippet.
+    Iterative, and over statements only (no expression holds a `return`), so
+    code nested as deeply as Python itself compiles is walked without
+    recursion. A caller may replace the yielded statement in its list.
+    """
+    pending = [tree]
+    while pending:
         node = pending.pop()
-        if isinstance(node, python_ast.Return):
-            return True
-        if not isinstance(node, _OWN_SCOPES):
-            pending.extend(python_ast.iter_child_nodes(node))
-    return False
+        for _field, value in python_ast.iter_fields(node):
+            if not isinstance(value, list):
+                continue
+            for index, child in enumerate(value):
+                if isinstance(child, python_ast.Return):
+                    yield value, index
+                elif isinstance(child, _STATEMENT_NODES) and not isinstance(child, _OWN_SCOPES):
+                    pending.append(child)
 
 
+_STATEMENT_NODES = (python_ast.stmt, python_ast.excepthandler, python_ast.match_case)
 _OWN_SCOPES = (python_ast.FunctionDef, python_ast.AsyncFunctionDef, python_ast.ClassDef)
-
-
-class _TopLevelReturns(python_ast.NodeTransformer):
-    """Turns each top-level `return x` into the expression `x`, so the rest compiles as it will run."""
-
-    def visit_Return(self, node: python_ast.Return) -> python_ast.Expr:
-        value = node.value or python_ast.Constant(None)
-        return python_ast.copy_location(python_ast.Expr(value), node)
-
-    def _keep(self, node: python_ast.AST) -> python_ast.AST:
-        return node  # a `return` inside a function or class body is Python's own
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
+"""Bodies whose `return` is their own, not the snippet's."""
 
 
 def python_bindings(code: str) -> tuple[set[str], set[str], bool]:

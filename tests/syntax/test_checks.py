@@ -465,6 +465,20 @@ def test_a_nul_byte_in_python_is_reported_not_raised() -> None:
     ]
 
 
+def test_python_nested_deeper_than_cpython_compiles_is_reported_not_left_to_the_run() -> None:
+    deep = "+".join(["1"] * 5000)  # CPython refuses it (RecursionError) at the default limit
+    assert located(f"[x: int] = `{deep}`\n= `x`\n") == [
+        (
+            1,
+            13,
+            "invalid Python in backticks: too deeply nested for Python to compile "
+            "(maximum recursion depth exceeded during ast construction)",
+            "^",
+        )
+    ]
+    assert messages("= `" + "+".join(["1"] * 700) + "`\n") == []  # deep, but Python compiles it
+
+
 def test_builtins_args_and_known_globals_resolve() -> None:
     source = "= <len> <args> <tool_from_python>\n"
     assert messages(source) == ["unknown name `tool_from_python`"]
