@@ -35,3 +35,18 @@ def test_unsupported_feature_fails_at_compile_with_its_line(
 def test_supported_adapter_selected_by_text_still_compiles() -> None:
     program = kedi.compile("> adapter: offline\n>> Hi [x].\n= <x>\n")
     assert isinstance(program.run_sync(), str)
+
+
+def test_use_skills_is_the_unsupported_skills_switch_unless_something_is_named_skills() -> None:
+    """Spec B23: `> use: skills` means `> skills: enabled`; a tool named `skills` wins."""
+    with pytest.raises(KediCheckError) as caught:
+        kedi.compile("> use: skills\n= done\n", path="flow.kedi")
+    (diagnostic,) = caught.value.diagnostics
+    assert (diagnostic.line, diagnostic.column) == (1, 8)
+    assert diagnostic.message == (
+        "`> use: skills` (the same as `> skills: enabled`) is not supported yet"
+    )
+    tool = kedi.compile("@skills() -> str:\n  = listed\n> use: skills\n= done\n")
+    assert tool.run_sync(model="offline") == "done"
+    with pytest.raises(KediCheckError, match="unknown tool `skills`"):
+        kedi.compile("> use:\n    skills\n= done\n")  # an indented list names tools only
