@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 import kedi
+from kedi.cli import main
 from kedi.errors import KediCheckError
 
 CASES = [
@@ -17,6 +21,13 @@ CASES = [
     ),
     pytest.param("> approval: allow\n= done\n", 1, "`> approval:`", id="approval"),
     pytest.param("> codemode: enabled\n= done\n", 1, "`> codemode:`", id="codemode"),
+    pytest.param(
+        "@f() -> str:\n  > optimize: intro:\n    >> Say hi [x].\n  = <x>\n",
+        2,
+        "`> optimize:`",
+        id="optimize",
+    ),
+    pytest.param("@f() -> str:\n  > auto:\n    Return hi.\n", 2, "`> auto:`", id="auto"),
 ]
 
 
@@ -50,3 +61,12 @@ def test_use_skills_is_the_unsupported_skills_switch_unless_something_is_named_s
     assert tool.run_sync(model="offline") == "done"
     with pytest.raises(KediCheckError, match="unknown tool `skills`"):
         kedi.compile("> use:\n    skills\n= done\n")  # an indented list names tools only
+
+
+def test_a_run_writes_no_artifacts_next_to_its_source(tmp_path: Path) -> None:
+    """Spec B26: no `program.cache.kedi`, `program.kedi.optimized.json` or `.gepa/` here."""
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("> history: enabled\n>> Name a colour [colour].\n= <colour>\n")
+    result = CliRunner().invoke(main, ["run", str(flow), "--no-store"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.kedi"]
