@@ -181,3 +181,40 @@ def test_b29_args_is_empty_under_query_and_bind(tmp_path: Path) -> None:
 
     assert from_query("tides") == ("tides", None, None)
     assert from_bind("tides") == (None, "tides")  # call arguments are globals, not `args`
+
+
+# --------------------------------------------------------------------------- history spec
+
+
+def test_history_keys_are_the_specs_plus_two_bounds_and_no_processor_key() -> None:
+    """history.md A1: kedi adds `max_messages` and `max_tokens`; processors come from Python."""
+    bounded = "> history:\n    enabled: true\n    max_messages: 4\n    max_tokens: 500\n= ok\n"
+    assert kedi.compile(bounded).run_sync(model="offline") == "ok"
+    with pytest.raises(kedi.KediCheckError) as caught:
+        kedi.compile("> history:\n    enabled: true\n    processor: mine.trim\n= ok\n")
+    (diagnostic,) = caught.value.diagnostics
+    assert diagnostic.message == "unknown key `processor` in `> history:`"
+    assert diagnostic.hint == (
+        "`> history:` takes `enabled`, `compaction_mode`, `compaction_threshold`, "
+        "`max_messages`, `max_tokens`"
+    )
+
+
+def test_runs_never_sanitize_supplied_history_on_their_own() -> None:
+    """history.md C5: the embedder sanitizes at its trust boundary; a run only drops system messages."""
+    conversation = kedi.Conversation()
+    unsafe = {"role": "user", "content": "look", "parts": [{"kind": "image", "url": "file:///x"}]}
+    supplied = [
+        {"role": "system", "content": "old rules"},
+        unsafe,
+        {"role": "assistant", "content": "ok"},
+    ]
+    conversation.seed(supplied, model="offline")
+    requests = sent("> history: enabled\n[r] << Next.\n", conversation=conversation)
+    records: list[dict[str, Any]] = []
+    run("> history: enabled\n[r] << Again.\n", conversation=conversation, transcript=records.append)
+    assert requests[0][:2] == [("user", "look"), ("assistant", "ok")]
+    assert records[0]["messages"][0]["parts"] == [{"kind": "image", "url": "file:///x"}]
+    clean, report = kedi.sanitize_history(supplied)
+    assert [m.role for m in clean] == ["user", "assistant"] and not clean[0].parts
+    assert report.system_prompts == 1 and report.unsafe_parts[0].scheme == "file"
