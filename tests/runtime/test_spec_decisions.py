@@ -50,6 +50,16 @@ def test_a5_a_nested_procedure_renders_what_its_code_says_with_the_latest_value(
     assert run(source) == "title: approved"
 
 
+def test_a6_inline_python_spans_lines_only_inside_brackets_or_a_triple_quoted_string() -> None:
+    assert run("[x: int] = `(1 +\n  2)`\n= `x`") == 3
+    assert run('[x] = `"""a\nb"""`\n= `x`') == "a\nb"
+    with pytest.raises(kedi.KediSyntaxError) as caught:
+        kedi.parse("[x: int] = `1 +\n  2`\n")
+    (diagnostic,) = caught.value.diagnostics
+    assert (diagnostic.line, diagnostic.column) == (1, 12)
+    assert diagnostic.message == "Unclosed backtick: inline Python runs onto the next line"
+
+
 def test_a9_the_directive_set_is_the_union_of_every_page() -> None:
     documented = {"adapter", "agent", "model", "effort", "system", "settings", "history"}
     documented |= {"artifacts", "approval", "mcp", "use", "skills", "codemode", "profile"}
