@@ -213,8 +213,12 @@ def test_history_keys_are_the_specs_plus_two_bounds_and_no_processor_key() -> No
 def test_runs_never_sanitize_supplied_history_on_their_own() -> None:
     """history.md C5: the embedder sanitizes at its trust boundary; a run only drops system messages."""
     conversation = kedi.Conversation()
-    unsafe = {"role": "user", "content": "look", "parts": [{"kind": "image", "url": "file:///x"}]}
-    supplied = [
+    unsafe: dict[str, Any] = {
+        "role": "user",
+        "content": "look",
+        "parts": [{"kind": "image", "url": "file:///x"}],
+    }
+    supplied: list[dict[str, Any]] = [
         {"role": "system", "content": "old rules"},
         unsafe,
         {"role": "assistant", "content": "ok"},
