@@ -336,6 +336,7 @@ def _run(
     from kedi.cli_history import SessionOptions, resume_arguments, run_session
     from kedi.cli_options import (
         check_default_model,
+        kedi_mode_error,
         missing_option_hints,
         read_options,
         unknown_option_error,
@@ -346,10 +347,10 @@ def _run(
     from kedi.runtime.program import compile_program
     from kedi.runtime.values import render
 
-    stray = stray_argument_error(ctx.args)
-    if stray is not None:
-        raise click.UsageError(stray)
     given = program_arguments(ctx.args)
+    refused = kedi_mode_error(given) or stray_argument_error(ctx.args)
+    if refused is not None:
+        raise click.UsageError(refused)
     read = read_options(source)
     refused = unknown_option_error(given, read, path)
     if refused is not None:

@@ -66,6 +66,33 @@ def unknown_option_error(given: Mapping[str, object], read: ReadOptions, path: s
     return f"{path} does not read the option {_flag(name)}{guess} (it reads {reads})"
 
 
+_KEDI_MODES = {
+    "test": "run its `@test:` suites with `kedi test FILE`",
+    "eval": "score its `@eval:` suites with `kedi eval FILE`",
+    "parse": "check its syntax with `kedi parse FILE`",
+    "optimize": "prompt optimization (`> optimize:`) is not supported yet",
+}
+"""The language's own run modes (`kedi FILE --test`), each kedi's separate command."""
+
+
+def kedi_mode_error(given: Mapping[str, object]) -> str | None:
+    """The message refusing `--test`, `--eval`, `--parse` or `--optimize` as a program option.
+
+    They are kedi's options in the language's CLI, never the program's `args`
+    (spec §8.3); kedi runs those modes as commands of their own. With both
+    `--test` and `--eval` (spec B27) the tests come first, then the evals.
+    """
+    modes = [name for name in _KEDI_MODES if name in given]
+    if not modes:
+        return None
+    if {"test", "eval"} <= set(modes):
+        return (
+            "--test and --eval are kedi's modes, not program options: run `kedi test FILE`, "
+            "then `kedi eval FILE`"
+        )
+    return f"--{modes[0]} is kedi's mode, not a program option: {_KEDI_MODES[modes[0]]}"
+
+
 def missing_option_hints(
     given: Mapping[str, object], read: ReadOptions, path: str, error: BaseException
 ) -> list[str]:

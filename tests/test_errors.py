@@ -15,9 +15,11 @@ import pkgutil
 import re
 
 import pytest
+from click.testing import CliRunner
 
 import kedi
 import kedi.errors
+from kedi.cli import main
 from kedi.errors import (
     AdapterError,
     Diagnostic,
@@ -238,3 +240,19 @@ def test_internal_signals_are_still_real() -> None:
         if name not in exceptions or issubclass(exceptions[name], KediError)
     )
     assert not stale, f"fixed: remove {stale} from INTERNAL_SIGNALS"
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("= <x\n", "Kedi error: ParseError"),
+        ("> adapter: dspy\n", "Kedi error: CheckError"),
+        ('[x: int] = `"a"`\n', "Kedi error: KediTypeExecutionError"),
+        ("= `1 / 0`\n", "Inline Python error: ZeroDivisionError"),
+    ],
+)
+def test_the_cli_names_every_failure_by_a_stable_identifier(source: str, line: str) -> None:
+    """Spec B28: no numeric codes; the class (or diagnostic kind) line is machine-readable."""
+    result = CliRunner().invoke(main, ["-c", source])
+    assert result.exit_code == 1
+    assert f"\n{line}\n" in result.stderr

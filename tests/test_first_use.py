@@ -32,6 +32,34 @@ def test_an_option_the_program_does_not_read_is_refused_with_a_guess(tmp_path: P
     assert f"{flow} does not read the option --titel; did you mean --title?" in err
 
 
+MODE = "is kedi's mode, not a program option:"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--test"], f"--test {MODE} run its `@test:` suites with `kedi test FILE`"),
+        (["--eval"], f"--eval {MODE} score its `@eval:` suites with `kedi eval FILE`"),
+        (
+            ["--eval", "--test"],
+            "--test and --eval are kedi's modes, not program options: "
+            "run `kedi test FILE`, then `kedi eval FILE`",
+        ),
+        (["--parse"], f"--parse {MODE} check its syntax with `kedi parse FILE`"),
+        (["--optimize"], f"--optimize {MODE} prompt optimization (`> optimize:`) is not supported yet"),
+    ],
+)
+def test_the_languages_run_modes_point_to_kedis_commands_and_run_nothing(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    """Spec B27: `kedi FILE --test --eval` neither runs the top level nor hands the flags to `args`."""
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("= `vars(args)`\n")  # reads any option, so nothing else refuses them
+    code, out, err = run(str(flow), *flags)
+    assert (code, out) == (2, "")
+    assert message in err
+
+
 def test_an_unquoted_value_with_spaces_is_refused_not_cut(tmp_path: Path) -> None:
     # The shell splits `--title Fix login`: running with args.title == "Fix" loses words.
     flow = tmp_path / "flow.kedi"

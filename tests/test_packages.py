@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+import kedi.syntax
 from kedi.cli import main
+from kedi.syntax import ast
+from kedi.syntax.manifest import pyproject_toml, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,6 +60,38 @@ def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
     (package / "src" / "greetpkg" / "main.kedi").unlink()
     result = CliRunner().invoke(main, ["package", "check", str(package)])
     assert result.exit_code == 1 and "has no main.kedi" in result.output
+
+
+def pyproject_of(manifest: str) -> dict[str, Any]:
+    package = kedi.syntax.parse(manifest, path="package.kedi").body[0]
+    assert isinstance(package, ast.Package)
+    return tomllib.loads(pyproject_toml(read_manifest(package)))
+
+
+@pytest.mark.parametrize(
+    ("rows", "authors", "urls"),
+    [
+        (
+            "  author: Ada\n  contact: ada@example.com\n",
+            [{"name": "Ada", "email": "ada@example.com"}],
+            None,
+        ),
+        ("  contact: ada@example.com\n", [{"email": "ada@example.com"}], None),
+        (
+            "  author: Ada\n  contact: https://example.com/help\n",
+            [{"name": "Ada"}],
+            {"Contact": "https://example.com/help"},
+        ),
+    ],
+)
+def test_author_contact_and_license_reach_the_distribution_metadata(
+    rows: str, authors: list[dict[str, str]], urls: dict[str, str] | None
+) -> None:
+    """Spec B25: every manifest field kedi accepts ends up somewhere, none is dropped."""
+    project = pyproject_of(MANIFEST + "  license: MIT\n" + rows)["project"]
+    assert project["license"] == {"text": "MIT"}
+    assert project["authors"] == authors
+    assert project.get("urls") == urls
 
 
 @pytest.mark.slow

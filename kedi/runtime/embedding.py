@@ -70,12 +70,15 @@ def query(
     tools: Sequence[Callable[..., Any]] = (),
     conversation: Conversation | None = None,
     transcript: Any = None,
+    cache: bool = False,
 ) -> Any:
     """Decorate a function whose docstring holds a Kedi procedure body.
 
     Usable bare (`@kedi.query`) or with options (`@kedi.query(model=...)`).
     `tools` are Python callables the body may expose with `> use: name`.
+    `cache=True` (the language's response cache) is refused: see `_refuse_cache`.
     """
+    _refuse_cache("@kedi.query", cache)
 
     def decorate(function: F) -> F:
         doc = function.__doc__
@@ -119,12 +122,15 @@ def bind(
     env: Mapping[str, Any] | None = None,
     conversation: Conversation | None = None,
     transcript: Any = None,
+    cache: bool = False,
 ) -> Callable[[F], F]:
     """Bind a function to a `.kedi` file; calling it runs the file with the arguments as globals.
 
     A relative `file` resolves from the Python file that defines the function.
     Without `reload` the file is read and checked at decoration time.
+    `cache=True` is refused, as for `query`.
     """
+    _refuse_cache("@kedi.bind", cache)
     if not isinstance(file, str | os.PathLike):
         raise KediUsageError(
             '@kedi.bind needs the .kedi file to run: write @kedi.bind("flow.kedi"), '
@@ -157,6 +163,22 @@ def bind(
         return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     return decorate
+
+
+def _refuse_cache(decorator: str, cache: bool) -> None:
+    """Refuse the response cache (`cache=True`), which this build does not have.
+
+    Accepting the flag and calling the model anyway would hide the missing
+    feature; answering from a cache would have to decide whether a cached
+    answer is committed to history (spec B22). Neither happens: every call
+    is a real model call, committed to its lane when history is on.
+    """
+    if cache:
+        raise KediUsageError(
+            f"{decorator}(cache=True): the response cache is not supported yet; "
+            "memoize the decorated function yourself (functools.lru_cache) if its "
+            "answers may be reused"
+        )
 
 
 def _load(path: Path, known_globals: tuple[str, ...]) -> Program:

@@ -302,11 +302,14 @@ def _check_names(context: _Context) -> Iterator[Diagnostic]:
     for scope in context.scopes:
         for ref in scope.refs:
             in_module = scope if ref.kind != "export" else context.module_scope
-            if ref.kind in ("use", "use_list") and ref.name == "skills":
-                continue  # `> use: skills` is reserved for skill discovery
             if ref.kind == "type" and ref.name in BUILTIN_TYPE_NAMES:
                 continue
             if not context.resolves(ref.name, in_module, anywhere=ref.kind == "agent"):
+                if ref.kind == "use" and ref.name == "skills":
+                    # Reserved for skill discovery when nothing else is named `skills`
+                    # (spec B23: the same switch as `> skills: enabled`, not executed yet).
+                    yield Diagnostic(ref.span, _SKILLS_NOT_SUPPORTED)
+                    continue
                 visible = {n for s in in_module.chain() for n in s.bindings}
                 hint = _did_you_mean(ref.name, visible | context.known_globals | {"args"})
                 yield Diagnostic(ref.span, _UNKNOWN[ref.kind].format(ref.name), hint)
@@ -317,6 +320,8 @@ def _check_names(context: _Context) -> Iterator[Diagnostic]:
                     f"apply the profile with `> use: {ref.name}` on its own line",
                 )
 
+
+_SKILLS_NOT_SUPPORTED = "`> use: skills` (the same as `> skills: enabled`) is not supported yet"
 
 _UNKNOWN: Mapping[RefKind, str] = {
     "value": "unknown name `{}`",

@@ -137,10 +137,7 @@ def pyproject_toml(manifest: Manifest) -> str:
         )
     if "license" in manifest.fields:
         lines.append(f"license = {{text = {json.dumps(manifest.fields['license'])}}}")
-    if "author" in manifest.fields:
-        contact = manifest.fields.get("contact")
-        email = f", email = {json.dumps(contact)}" if contact and "@" in contact else ""
-        lines.append(f"authors = [{{name = {json.dumps(manifest.fields['author'])}{email}}}]")
+    lines += _people_and_urls(manifest.fields)
     lines += [
         "",
         '[project.entry-points."kedi.packages"]',
@@ -152,3 +149,21 @@ def pyproject_toml(manifest: Manifest) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _people_and_urls(fields: dict[str, str]) -> list[str]:
+    """`authors` from `author` and an e-mail `contact`; any other `contact` (a URL) as a project URL.
+
+    Spec B25: `author`, `contact` and `license` are manifest fields, so none of
+    them is dropped on the way to the distribution's metadata.
+    """
+    author = fields.get("author")
+    contact = fields.get("contact")
+    email = contact if contact and "@" in contact and "://" not in contact else None
+    person = [f"name = {json.dumps(author)}"] if author else []
+    if email:
+        person.append(f"email = {json.dumps(email)}")
+    lines = [f"authors = [{{{', '.join(person)}}}]"] if person else []
+    if contact and not email:
+        lines += ["", "[project.urls]", f"Contact = {json.dumps(contact)}"]
+    return lines

@@ -274,6 +274,15 @@ async def test_output_that_never_validates_fails_with_partial_evidence() -> None
     assert kinds(partial.messages) == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
 
 
+async def test_output_retries_default_to_two() -> None:
+    """Spec B21: like the openai adapter, two re-asks after the first answer."""
+    bad = [ai("", calls=[("Outputs", {"city": 1, "population": 2}, f"c{n}")]) for n in range(4)]
+    model = Scripted(replies=bad)
+    with pytest.raises(OutputValidationError, match="after 3 tries"):
+        await LangChainAdapter(model).request(call("Capital?", output=CITY))
+    assert len(model.seen) == 3
+
+
 async def test_structured_output_with_tools_binds_the_schema_as_a_tool() -> None:
     log: list[Any] = []
     model = Scripted(

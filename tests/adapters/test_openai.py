@@ -500,6 +500,15 @@ async def test_output_retries_run_out_with_an_output_validation_error(server: Op
     assert [m.role for m in partial.messages] == ["user", "assistant", "user", "assistant"]
 
 
+@pytest.mark.anyio
+async def test_output_retries_default_to_two(server: OpenAIServer) -> None:
+    """Spec B21: Kedi does not retry; the openai adapter re-asks twice by default."""
+    server.add(*(Reply(body=completion('{"name": 3}')) for _ in range(4)))
+    with pytest.raises(OutputValidationError, match="did not validate after 3 attempts"):
+        await make(server).request(call(output=CITY))
+    assert len(server.received) == 3
+
+
 # --------------------------------------------------------------------------- tools
 
 

@@ -233,3 +233,18 @@ def test_prompt_hook_edit_is_what_history_processing_and_budgets_see() -> None:
     (original, original_tokens), (edited, edited_tokens) = seen
     assert original.startswith("word word") and edited == "short"
     assert edited_tokens < original_tokens / 10  # token estimates follow the edit
+
+
+def test_the_response_cache_is_refused_not_silently_ignored(tmp_path: Path) -> None:
+    """Spec B22: no response cache, so no cached answer can bypass history."""
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("= done\n")
+    with pytest.raises(kedi.KediUsageError, match=r"@kedi.query\(cache=True\): the response cache"):
+        kedi.query(cache=True)
+    with pytest.raises(kedi.KediUsageError, match=r"@kedi.bind\(cache=True\): the response cache"):
+        kedi.bind(flow, cache=True)
+
+    @kedi.bind(flow, cache=False)
+    def flow_result() -> str: ...
+
+    assert flow_result() == "done"

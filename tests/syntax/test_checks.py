@@ -538,7 +538,7 @@ def test_names_in_settings_values_are_checked() -> None:
     assert messages("> settings:\n    cwd: <root>\n") == ["unknown name `root`"]
 
 
-def test_use_resolves_procedures_python_names_profiles_and_skills() -> None:
+def test_use_resolves_procedures_python_names_and_profiles() -> None:
     assert (
         check(
             """
@@ -552,7 +552,6 @@ def test_use_resolves_procedures_python_names_profiles_and_skills() -> None:
         > use: lookup
         > use: `search`
         > use: helper
-        > use: skills
         > use:
             lookup
             search
