@@ -46,7 +46,10 @@ MODE = "is kedi's mode, not a program option:"
             "run `kedi test FILE`, then `kedi eval FILE`",
         ),
         (["--parse"], f"--parse {MODE} check its syntax with `kedi parse FILE`"),
-        (["--optimize"], f"--optimize {MODE} prompt optimization (`> optimize:`) is not supported yet"),
+        (
+            ["--optimize"],
+            f"--optimize {MODE} prompt optimization (`> optimize:`) is not supported yet",
+        ),
     ],
 )
 def test_the_languages_run_modes_point_to_kedis_commands_and_run_nothing(
