@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
-
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.procedures import refuse_in_event_loop
 from kedi.runtime.program import Program, compile_program
 from kedi.syntax.docstrings import query_body_source
@@ -53,7 +52,7 @@ def _runner(
             "inside async code, declare it with `async def` and await it"
         )
         arguments = bind(args, kwargs)
-        return anyio.run(lambda: run(arguments), backend="asyncio")
+        return run_on_thread_loop(lambda: run(arguments))
 
     return wrapper
 

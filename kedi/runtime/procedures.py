@@ -9,7 +9,8 @@ it like any function:
 - from a worker thread that kedi started for other embedded Python (`map(f,
   xs)`, a call inside a lambda), the call hops back onto the event loop
   (`anyio.from_thread.run`);
-- from plain synchronous code with no loop running, it runs its own loop;
+- from plain synchronous code with no loop running, it runs on the thread's
+  kedi loop (`kedi.runtime.loops`);
 - `await proc.acall(...)` from async embedding code.
 
 Every invocation counts one level of Kedi call depth; past `MAX_CALL_DEPTH`
@@ -32,6 +33,7 @@ import anyio.from_thread
 from kedi.adapters.resources import run_scope
 from kedi.errors import KediExecutionError, KediTypeExecutionError, KediUsageError
 from kedi.runtime import trace
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.scopes import AgentState, Scope
 from kedi.syntax import ast
 
@@ -94,7 +96,7 @@ class KediProcedure:
         try:
             anyio.from_thread.check_cancelled()  # succeeds only in a worker thread of a run
         except RuntimeError:
-            return anyio.run(call, backend="asyncio")
+            return run_on_thread_loop(call)
         return anyio.from_thread.run(call)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import anyio
-
 from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
 from kedi.errors import KediUsageError
@@ -27,6 +25,7 @@ from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.interrupts import run_interruptibly
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.python_bridge import CompiledSnippets
 from kedi.runtime.scopes import AgentState, SystemText
@@ -236,7 +235,7 @@ class Program:
         """
         if self._procedures is None:
             refuse_in_event_loop("inside async code, use `await program.load_procedures()`")
-            anyio.run(self.load_procedures, backend="asyncio")
+            run_on_thread_loop(self.load_procedures)
         return dict(self._procedures or {})
 
 

@@ -233,3 +233,38 @@ def test_prompt_hook_edit_is_what_history_processing_and_budgets_see() -> None:
     (original, original_tokens), (edited, edited_tokens) = seen
     assert original.startswith("word word") and edited == "short"
     assert edited_tokens < original_tokens / 10  # token estimates follow the edit
+
+
+def test_sync_entry_points_share_one_event_loop_per_thread_and_close_it_with_the_thread() -> None:
+    """Decision (kedi/runtime/loops.py): clients bound to the loop of one call work in the next."""
+    import asyncio
+    import gc
+    import threading
+
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    def note_loop() -> int:
+        seen.append(asyncio.get_running_loop())
+        return len(seen)
+
+    program = kedi.compile("= `note_loop()`", known_globals=("note_loop",))
+
+    @kedi.query(env={"note_loop": note_loop})
+    def noted() -> int:
+        """kedi
+        = `note_loop()`
+        """
+        raise NotImplementedError
+
+    def in_thread() -> None:
+        program.run_sync(env={"note_loop": note_loop})
+        noted()
+        program.run_sync(env={"note_loop": note_loop})
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join(timeout=30)
+    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]
+    assert not seen[0].is_running()
+    gc.collect()  # the thread's storage is gone: its loop closed, no ResourceWarning
+    assert seen[0].is_closed()
