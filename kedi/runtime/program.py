@@ -11,10 +11,11 @@ a `conversation=` is passed, which lets several runs share history).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
@@ -54,6 +55,26 @@ class RunResult:
 
 if TYPE_CHECKING:
     from kedi.runtime.sessions import SessionRecorder
+
+P = ParamSpec("P")
+
+
+def _takes_the_options_of(
+    run: Callable[Concatenate[Any, P], Awaitable[Any]],
+) -> Callable[[Callable[..., Any]], Callable[Concatenate[Any, P], Any]]:
+    """Give a sync twin of `run` the options of `run`, for type checkers and `help()`.
+
+    A misspelt option (`run_sync(modle=...)`) is then a type error, not only a
+    `TypeError` at run time.
+    """
+
+    def decorate(sync: Callable[..., Any]) -> Callable[Concatenate[Any, P], Any]:
+        sync.__signature__ = inspect.signature(run).replace(  # type: ignore[attr-defined]  # read by inspect.signature
+            return_annotation="Any"
+        )
+        return sync
+
+    return decorate
 
 
 class Program:
@@ -165,8 +186,13 @@ class Program:
             conversation=layer.conversation,
         )
 
+    @_takes_the_options_of(run)
     def run_sync(self, **options: Any) -> Any:
-        """`run` from synchronous code (it starts an event loop: not from async code)."""
+        """`run` from synchronous code (not from async code: it runs an event loop).
+
+        It takes `run`'s options (type checkers and `help()` see them) and
+        runs on the thread's kedi event loop (`kedi.runtime.loops`).
+        """
         refuse_in_event_loop("inside async code, use `await program.run(...)`, not `run_sync`")
         return run_interruptibly(lambda: self.run(**options))
 
