@@ -24,6 +24,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -112,9 +113,8 @@ class KediProcedure:
         try:
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as exc:
-            raise trace.wrap(
-                TypeError(f"procedure `{node.name}`: {exc}"),
-            ) from None
+            with self._header_when_called_from_python():
+                raise trace.wrap(TypeError(f"procedure `{node.name}`: {exc}")) from None
         bound.apply_defaults()
         depth = _DEPTH.get() + 1
         if depth > MAX_CALL_DEPTH:
@@ -128,20 +128,10 @@ class KediProcedure:
 
     async def _run(self, bound: inspect.BoundArguments) -> Any:
         node = self.node
-        types = self._parameter_types()
-        scope = Scope(self.scope, params=frozenset(bound.arguments))
         interp = self.interpreter
-        for name, value in bound.arguments.items():
-            scope.vars[name] = interp.check(
-                types[name], value, f"argument `{name}` of `{node.name}`"
-            )
-        with trace.frame(
-            "procedure",
-            node.span,
-            label=f"procedure {node.name}",
-            procedure=node.name,
-            snippet=interp.snippet(node.span),
-        ):
+        with self._header_when_called_from_python():
+            scope = self._arguments_scope(bound)
+        with self._frame():
             what = f"return value of `{node.name}`"
             returned, value = await interp.run_body(
                 node.body,
@@ -153,6 +143,34 @@ class KediProcedure:
             if returned:
                 return value  # checked by the `=` that returned it, which the error points at
             return interp.check(self._result_type(), "", what, missing=True)
+
+    def _frame(self) -> trace.frame:
+        node = self.node
+        return trace.frame(
+            "procedure",
+            node.span,
+            label=f"procedure {node.name}",
+            procedure=node.name,
+            snippet=self.interpreter.snippet(node.span),
+        )
+
+    def _header_when_called_from_python(self) -> AbstractContextManager[None]:
+        """Where a wrong argument points: the calling `.kedi` line, else the procedure's header.
+
+        Called from Python there is no calling line; without the header the
+        error's trace was empty.
+        """
+        return nullcontext() if trace.current_frames() else self._frame()
+
+    def _arguments_scope(self, bound: inspect.BoundArguments) -> Scope:
+        """The body's scope: the arguments, each checked against its parameter's type."""
+        types = self._parameter_types()
+        scope = Scope(self.scope, params=frozenset(bound.arguments))
+        for name, value in bound.arguments.items():
+            scope.vars[name] = self.interpreter.check(
+                types[name], value, f"argument `{name}` of `{self.node.name}`"
+            )
+        return scope
 
     def _parameter_types(self) -> dict[str, Any]:
         if self._param_types is None:
