@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic_ai import exceptions as pai
 from pydantic_ai.messages import ModelMessage
 
-from kedi.adapters._openai_wire import provider_error
+from kedi.adapters._openai_wire import provider_error, refused_output_format
 from kedi.adapters._portable import detail_problems, validation_problems
 from kedi.adapters._pydantic_call import CallState
 from kedi.adapters.base import CallRequest
@@ -83,6 +83,8 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
                 status=mapped.status,
                 partial=mapped.partial,
             )
+        if request.output is not None:
+            mapped = refused_output_format(mapped, "output_mode", "tool, prompted")
         raise mapped from error
     except RecursionError as error:  # a reply nested too deeply for the JSON parser
         raise ProviderError(
