@@ -9,9 +9,12 @@ async ones; the stub body never runs.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
+import textwrap
+import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -21,7 +24,7 @@ from kedi.history.lanes import Conversation
 from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.procedures import refuse_in_event_loop
 from kedi.runtime.program import Program, compile_program
-from kedi.syntax.docstrings import query_body_source
+from kedi.syntax.docstrings import lines_before_body, query_body_source
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,6 +108,10 @@ def query(
             raise KediUsageError(f"@kedi.query: {function.__qualname__} has no docstring")
         body = query_body_source(doc)
         path = f"<query {function.__qualname__}>"
+        located = _docstring_location(function, doc)
+        if located is not None:  # errors point at the docstring's lines in the Python file
+            path, first_line = located
+            body = "\n" * (first_line - 1 + lines_before_body(doc)) + body
         names = tuple(inspect.signature(function).parameters)
         globals_ = _runtime_globals(names, env, tools)
         program = compile_program(body, path=path, fragment=True, known_globals=(*names, *globals_))
@@ -179,6 +186,34 @@ def bind(
         return _runner(function, run)  # type: ignore[return-value]  # the runner keeps the decorated function's signature
 
     return decorate
+
+
+def _docstring_location(function: Callable[..., Any], doc: str) -> tuple[str, int] | None:
+    """The Python file defining `function` and the line its docstring `doc` starts on.
+
+    None when the source cannot be read (a function made by `exec`, a REPL),
+    or its docstring is not a plain string literal spanning its own lines.
+    """
+    try:
+        path = inspect.getsourcefile(function)
+        lines, start = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError):
+        return None  # no source, or not Python source (code compiled under another file's name)
+    definition = tree.body[0] if tree.body else None
+    if path is None or not isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    first = definition.body[0]
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+        return None
+    literal = first.value
+    if not isinstance(literal.value, str) or inspect.cleandoc(literal.value) != inspect.cleandoc(
+        doc
+    ):
+        return None  # the file no longer holds this function as it was compiled
+    if literal.end_lineno is None or literal.end_lineno - literal.lineno != doc.count("\n"):
+        return None  # escapes (`\n`) in the literal: its lines are not the docstring's
+    return path, start + literal.lineno - 1
 
 
 def _load(path: Path, known_globals: tuple[str, ...]) -> Program:

@@ -268,3 +268,41 @@ def test_sync_entry_points_share_one_event_loop_per_thread_and_close_it_with_the
     assert not seen[0].is_running()
     gc.collect()  # the thread's storage is gone: its loop closed, no ResourceWarning
     assert seen[0].is_closed()
+
+
+def _line_of(text: str) -> int:
+    """The line of this test file holding `text` (once)."""
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if line.strip() == text)
+
+
+def test_errors_in_a_query_body_point_at_its_lines_in_the_python_file() -> None:
+    """They pointed at `<query ratio>`, line 1: the body's own numbering, in no file."""
+
+    @kedi.query
+    def ratio(a: int, b: int) -> int:
+        """kedi
+        [r: int] = `a // b`
+        = `r`
+        """
+        raise NotImplementedError
+
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        ratio(1, 0)
+    assert f'File "{__file__}", line {_line_of("[r: int] = `a // b`")}, in assignment' in str(
+        caught.value
+    )
+    with pytest.raises(kedi.KediCheckError) as refused:
+
+        @kedi.query
+        def label(text: str) -> str:
+            """
+            kedi
+            >> Label <text>: [label: Labell].
+            = `label`
+            """
+            raise NotImplementedError
+
+    assert str(refused.value).startswith(
+        f"{__file__}:{_line_of('>> Label <text>: [label: Labell].')}:"
+    )
