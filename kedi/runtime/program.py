@@ -93,7 +93,11 @@ class Program:
 
     @property
     def path(self) -> str:
+        """The program's file name as errors show it (`<string>` for source without one)."""
         return self.source.path
+
+    def __repr__(self) -> str:
+        return f"Program({self.path!r})"
 
     async def run(
         self,

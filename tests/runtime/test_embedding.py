@@ -14,6 +14,7 @@ from kedi.errors import KediUsageError
 
 def test_compile_and_run_sync_and_async() -> None:
     program = kedi.compile("[n: int] = `args.n * 2`\n= `n`", path="double.kedi")
+    assert repr(program) == "Program('double.kedi')"  # was <...Program object at 0x7f...>
     assert program.run_sync(args={"n": 21}) == 42
 
     async def main() -> int:
