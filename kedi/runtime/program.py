@@ -12,6 +12,7 @@ a `conversation=` is passed, which lets several runs share history).
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -149,6 +150,9 @@ class Program:
         `kedi.adapters.create_adapter` (given the names from the arguments and
         the program's directives), e.g. to share instances across runs.
         """
+        _check_run_options(
+            args=args, env=env, settings=settings, conversation=conversation, transcript=transcript
+        )
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
             run_id=_checked_id("run_id", run_id),
@@ -267,6 +271,40 @@ class Program:
             refuse_in_event_loop("inside async code, use `await program.load_procedures()`")
             run_on_thread_loop(self.load_procedures)
         return dict(self._procedures or {})
+
+
+def _check_run_options(**options: Any) -> None:
+    """Refuse, naming the option, a `run` option of the wrong kind (it failed deep inside, or not at all).
+
+    `args={1: 2}` ran with no options, `transcript=3` wrote to file descriptor 3,
+    `conversation="abc"` was ignored until history needed it.
+    """
+    for name in ("args", "env", "settings"):
+        value = options[name]
+        if value is None:
+            continue
+        if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+            raise KediUsageError(
+                f"{name} must be a mapping of names (str) to values, such as a dict, "
+                f"not {type(value).__name__} {value!r:.80}"
+            )
+    conversation = options["conversation"]
+    if conversation is not None and not isinstance(conversation, Conversation):
+        raise KediUsageError(
+            "conversation must be a kedi.Conversation (kedi.Conversation() or "
+            f"kedi.Conversation.load(path)), not {type(conversation).__name__} {conversation!r:.80}"
+        )
+    transcript = options["transcript"]
+    if not (
+        transcript is None
+        or isinstance(transcript, str | os.PathLike | Transcript)
+        or callable(transcript)
+        or callable(getattr(transcript, "write", None))
+    ):
+        raise KediUsageError(
+            "transcript must be a file path, an open text file or a callable taking each record, "
+            f"not {type(transcript).__name__} {transcript!r:.80}"
+        )
 
 
 def _checked_id(name: str, value: str | None) -> str | None:

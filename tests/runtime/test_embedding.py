@@ -307,3 +307,24 @@ def test_errors_in_a_query_body_point_at_its_lines_in_the_python_file() -> None:
     assert str(refused.value).startswith(
         f"{__file__}:{_line_of('>> Label <text>: [label: Labell].')}:"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"args": ["--name", "Ada"]}, "args must be a mapping of names (str) to values"),
+        ({"args": {1: "Ada"}}, "args must be a mapping of names (str) to values"),
+        ({"env": ["x"]}, "env must be a mapping"),
+        ({"settings": "temperature=0"}, "settings must be a mapping"),
+        ({"conversation": "chat-1"}, "conversation must be a kedi.Conversation"),
+        ({"transcript": 3}, "transcript must be a file path, an open text file or a callable"),
+    ],
+)
+def test_run_options_of_the_wrong_kind_are_refused_by_name(
+    options: dict[str, object], refusal: str
+) -> None:
+    """They raised Python's own errors from deep inside, or nothing (`transcript=3` wrote to fd 3)."""
+    program = kedi.compile("> history: enabled\n[r] << Hi\n= <r>", path="hi.kedi")
+    with pytest.raises(KediUsageError) as caught:
+        program.run_sync(**options)
+    assert str(caught.value).startswith(refusal)
