@@ -377,7 +377,7 @@ def _run(
                     quiet=quiet,
                     on_delta=_stderr_text if stream else None,
                     conversation=conversation,
-                    recorder=stored and stored.recorder,
+                    recorder=stored.recorder if stored else None,
                 )
         except BaseException as error:
             rerun = resume_arguments(

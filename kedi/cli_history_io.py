@@ -81,7 +81,9 @@ def import_session(store: Store, path: Path, *, name: str | None = None) -> str:
         except HistoryError as error:  # says what is wrong, sometimes already where
             text = str(error)
             raise StoreError(text if text.startswith(where) else f"{where}: {text}") from None
-        except (KeyError, TypeError, ValueError) as error:
+        except KeyError as error:  # a field the export must have
+            raise StoreError(f"{where}: the field {error.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as error:
             raise StoreError(f"{where}: {type(error).__name__}: {error}") from None
     wanted = name or session.get("name")
     taken = ""

@@ -369,6 +369,84 @@ class KediNameError(KediExecutionError, NameError):
     """A name could not be resolved."""
 
 
+def execution_error_class(kind: type[KediError]) -> type[KediExecutionError]:
+    """The `KediExecutionError` class that is also a `kind`, for wrapping a `kind` error.
+
+    A run wraps every error escaping a statement into a `KediExecutionError`
+    carrying the Kedi trace. An adapter's error (`ProviderError`,
+    `RateLimitError`, ...), a configuration error or a history error stays an
+    instance of its own class too, so `except kedi.ProviderError` around
+    `program.run_sync(...)` catches it, and the original's attributes
+    (`status`, `retryable`, `reason`) read through. The class keeps the name
+    `KediExecutionError`; one is made per `kind` and kept.
+    """
+    made = _EXECUTION_CLASSES.get(kind)
+    if made is None:
+        try:
+            made = type(
+                "KediExecutionError",
+                (KediExecutionError, kind),
+                {
+                    "__module__": __name__,
+                    "__doc__": f"A run failed with a {kind.__name__} (the error in `original`).",
+                    "__init__": _init_execution_error,
+                    "__getattr__": _read_through_original,
+                    "__reduce__": _reduce_also_a,
+                },
+            )
+        except TypeError:  # a kind whose layout cannot be combined (none of kedi's own)
+            made = KediExecutionError
+        _EXECUTION_CLASSES[kind] = made
+    return made
+
+
+_EXECUTION_CLASSES: dict[type[KediError], type[KediExecutionError]] = {}
+
+
+def _init_execution_error(
+    self: KediExecutionError,
+    message: str,
+    *,
+    frames: tuple[KediTraceFrame, ...] = (),
+    original: BaseException | None = None,
+    python_traces: tuple[KediPythonTrace, ...] = (),
+) -> None:
+    # The kind's own __init__ is skipped: its attributes are the original's.
+    message = redact_text(message)
+    Exception.__init__(self, message)
+    self.message = message
+    self.frames = tuple(frames)
+    self.original = original
+    self.python_traces = tuple(python_traces)
+
+
+def _read_through_original(self: KediExecutionError, name: str) -> Any:
+    original = self.__dict__.get("original")
+    if original is None or name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(original, name)
+
+
+def _reduce_also_a(self: KediExecutionError) -> tuple[Any, ...]:
+    kind = next(base for base in type(self).__bases__ if base is not KediExecutionError)
+    return (
+        _rebuild_also_a,
+        (kind, self.message, self.frames, self.python_traces, _picklable(self.original)),
+    )
+
+
+def _rebuild_also_a(
+    kind: type[KediError],
+    message: str,
+    frames: tuple[KediTraceFrame, ...],
+    python_traces: tuple[KediPythonTrace, ...],
+    original: BaseException | None,
+) -> KediExecutionError:
+    return execution_error_class(kind)(
+        message, frames=frames, python_traces=python_traces, original=original
+    )
+
+
 class KediPromiseLeak(KediError):
     """An unresolved parallel result was used as a concrete value."""
 

@@ -13,6 +13,7 @@ import inspect
 import pickle
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -256,3 +257,39 @@ def test_the_cli_names_every_failure_by_a_stable_identifier(source: str, line: s
     result = CliRunner().invoke(main, ["-c", source])
     assert result.exit_code == 1
     assert f"\n{line}\n" in result.stderr
+
+
+WRAPPED_KINDS = [
+    cls
+    for cls in ERRORS
+    if cls is not KediError and not issubclass(cls, KediExecutionError | KediDiagnosticError)
+]
+
+
+@pytest.mark.parametrize("cls", WRAPPED_KINDS, ids=lambda cls: cls.__name__)
+def test_a_kedi_error_wrapped_by_a_run_is_still_caught_by_its_own_class(
+    cls: type[KediError],
+) -> None:
+    """`except kedi.RateLimitError` around a run catches it (docs/failure-model.md)."""
+    from kedi.runtime import trace
+
+    original = make(cls)
+    wrapped = trace.wrap(original)
+    assert isinstance(wrapped, cls) and isinstance(wrapped, KediExecutionError)
+    assert wrapped.original is original
+    assert repr(wrapped).startswith("KediExecutionError(")
+    copy = pickle.loads(pickle.dumps(wrapped))  # Ray workers send errors back pickled
+    assert isinstance(copy, cls) and copy.render() == wrapped.render()
+    if isinstance(original, ProviderError):
+        assert (wrapped.status, wrapped.retryable) == (429, True)  # read through the original
+
+
+def test_a_run_that_fails_on_the_provider_is_caught_as_a_provider_error(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text('[{"error": "provider down"}]', encoding="utf-8")
+    program = kedi.compile(">> Hello [x]\n= <x>", path="flow.kedi")
+    with pytest.raises(ProviderError) as caught:
+        program.run_sync(model=f"script:{replies}")
+    error = caught.value
+    assert isinstance(error, KediExecutionError) and error.retryable is False
+    assert 'File "flow.kedi", line 1' in str(error) and "provider down" in str(error)

@@ -161,6 +161,10 @@ def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> Non
     assert kedi("run", str(chat), "--session", "b", "--message", "more").returncode == 0
     diff = kedi("history", "diff", "a", "b")
     assert diff.returncode == 1 and "b goes on to turn 2" in diff.stdout
+    lane_less = tmp_path / "lane-less.json"
+    lane_less.write_text('{"kedi_session_export": 1, "session": {}, "turns": [{"lane": {}}]}')
+    refused = kedi("history", "import", str(lane_less))
+    assert refused.stderr.endswith("turns[0]: the field 'adapter' is missing\n")  # was KeyError: 'adapter'
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     refused = kedi("history", "import", str(bad))

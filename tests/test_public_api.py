@@ -281,3 +281,68 @@ def test_import_kedi_loads_only_the_errors_until_a_name_is_used() -> None:
     at_import, after_use = proc.stdout.splitlines()
     assert at_import.split(",") == ["kedi", "kedi._lazy", "kedi.errors", "kedi.source"]
     assert after_use == "kedi.runtime.program"
+
+
+USER_SCRIPT = '''\
+import asyncio
+
+import kedi
+from kedi import Conversation, Program, RunResult
+
+program: Program = kedi.compile("[reply] << <`args.message`>\\n= <reply>", path="chat.kedi")
+conversation = Conversation()
+reply: str = program.run_sync(args={"message": "Hi"}, conversation=conversation)
+result = program.run_sync(args={"message": "Hi"}, result=True)
+assert isinstance(result, RunResult)
+program.run_sync(args={"message": "Hi"}, modle="offline")  # error: misspelt option
+
+
+@kedi.query
+def title_for(topic: str) -> str:
+    """kedi
+    >> Short title for <topic>: [title: str].
+    = `title`
+    """
+    raise NotImplementedError
+
+
+@kedi.query(model="offline")
+async def summary_of(text: str) -> str:
+    """kedi
+    >> Summarise <text>: [summary: str].
+    = `summary`
+    """
+    raise NotImplementedError
+
+
+@kedi.bind("flow.kedi")
+def flow(topic: str) -> str:
+    raise NotImplementedError
+
+
+async def main() -> None:
+    summary: str = await summary_of("a long text")
+    count: int = title_for("parsers")  # error: a str
+    print(summary, count, flow("x"))
+
+
+asyncio.run(main())
+'''
+
+
+def test_a_user_script_on_the_public_api_passes_mypy_strict(tmp_path: Path) -> None:
+    """`@kedi.query(...)` keeps the function's type (it was an untyped decorator);
+    `run_sync` takes `run`'s options, so a misspelt one is a type error."""
+    script = tmp_path / "app.py"
+    script.write_text(USER_SCRIPT, encoding="utf-8")
+    proc = subprocess.run(
+        # silent: kedi's own modules are checked by `mypy kedi`, as an installed package's would be
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    errors = [
+        Path(line.split(" error: ")[0]).name for line in proc.stdout.splitlines() if " error: " in line
+    ]
+    assert errors == ["app.py:11:", "app.py:39:"], proc.stdout + proc.stderr

@@ -476,6 +476,25 @@ def provider_error(status: int, code: str, detail: str, where: str) -> ProviderE
     )
 
 
+def refused_output_format(error: ProviderError, setting: str, choices: str) -> ProviderError:
+    """`error`, saying how to ask for structured output otherwise when the server refused how it was asked.
+
+    Some OpenAI-compatible servers take no `response_format` of type
+    `json_schema` (llama-cpp-python's answers HTTP 500 with its validation
+    error). The framework adapters send one by default for a typed capture;
+    their error then names the setting (`setting`: one of `choices`) that
+    asks another way. Not retryable: the same request fails the same way.
+    """
+    if "response_format" not in error.message:
+        return error
+    return type(error)(
+        f"{error.message}; the server refused the response_format kedi's structured output "
+        f"sent: ask another way with the {setting} setting ({choices})",
+        status=error.status,
+        partial=error.partial,
+    )
+
+
 def retry_after(headers: httpx.Headers) -> float | None:
     """The wait a reply asks for, in seconds: `retry-after-ms`, else `Retry-After` (seconds or a date).
 

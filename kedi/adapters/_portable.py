@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -443,10 +443,15 @@ def compact_json(data: Any) -> str:
 
 def validation_problems(error: ValidationError) -> list[str]:
     """One readable line per validation error: `field.path: message`."""
+    return detail_problems(error.errors(include_url=False))
+
+
+def detail_problems(details: Iterable[Mapping[str, Any]]) -> list[str]:
+    """`validation_problems` of pydantic's error details (`ValidationError.errors()`)."""
     problems = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(piece) for piece in item["loc"])
-        problems.append(f"{where}: {item['msg']}" if where else item["msg"])
+    for item in details:
+        where = ".".join(str(piece) for piece in item.get("loc") or ())
+        problems.append(f"{where}: {item['msg']}" if where else str(item["msg"]))
     return problems
 
 

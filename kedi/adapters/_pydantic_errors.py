@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from pydantic import ValidationError
 from pydantic_ai import exceptions as pai
 from pydantic_ai.messages import ModelMessage
 
-from kedi.adapters._openai_wire import provider_error
+from kedi.adapters._openai_wire import provider_error, refused_output_format
+from kedi.adapters._portable import detail_problems, validation_problems
 from kedi.adapters._pydantic_call import CallState
 from kedi.adapters.base import CallRequest
 from kedi.errors import (
@@ -61,8 +63,12 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
                 retryable=True,
                 partial=call.partial("model", captured),
             ) from error
+        problems = _output_problems(error)
         raise OutputValidationError(
-            f"{where} gave no valid output: {error}", partial=call.partial("decode", captured)
+            f"{where} gave no valid output ({error}): {problems}"
+            if problems
+            else f"{where} gave no valid output: {error}",
+            partial=call.partial("decode", captured),
         ) from error
     except pai.UsageLimitExceeded as error:
         raise AdapterError(
@@ -77,6 +83,8 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
                 status=mapped.status,
                 partial=mapped.partial,
             )
+        if request.output is not None:
+            mapped = refused_output_format(mapped, "output_mode", "tool, prompted")
         raise mapped from error
     except RecursionError as error:  # a reply nested too deeply for the JSON parser
         raise ProviderError(
@@ -89,6 +97,21 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
         raise AdapterError(
             f"{where} failed: {error}", partial=call.partial("model", captured)
         ) from error
+
+
+def _output_problems(error: pai.UnexpectedModelBehavior) -> str:
+    """Why the last reply did not validate, from the error Pydantic AI chained (empty if none).
+
+    Pydantic AI's own text only counts the retries ("Exceeded maximum output
+    retries (1)"); the validation errors are its `__cause__`.
+    """
+    cause = error.__cause__
+    if isinstance(cause, ValidationError):
+        return "; ".join(validation_problems(cause))
+    if isinstance(cause, pai.ToolRetryError):
+        content = cause.tool_retry.content
+        return "; ".join(detail_problems(content)) if isinstance(content, list) else str(content)
+    return ""
 
 
 def _misses_v1(endpoint: str | None) -> bool:

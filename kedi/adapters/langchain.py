@@ -52,7 +52,13 @@ from typing import Any, ClassVar, NoReturn
 from pydantic import ValidationError
 
 from kedi.adapters._capture_stream import CaptureText, capture_text
-from kedi.adapters._openai_wire import count, json_text, provider_error, string_content_http_client
+from kedi.adapters._openai_wire import (
+    count,
+    json_text,
+    provider_error,
+    refused_output_format,
+    string_content_http_client,
+)
 from kedi.adapters._portable import (
     WholeCharacters,
     correction_text,
@@ -615,7 +621,12 @@ class _Turn:
             else:
                 answer = await runnable.ainvoke(sent)
         except Exception as error:  # the chat model's own errors, mapped at this one boundary
-            raise _provider_error(error, self.where, self.partial("model")) from error
+            mapped = _provider_error(error, self.where, self.partial("model"))
+            if self.request.output is not None:
+                mapped = refused_output_format(
+                    mapped, "structured_method", "function_calling, json_mode"
+                )
+            raise mapped from error
         reply = answer["raw"] if isinstance(answer, dict) else answer
         if not isinstance(reply, AIMessage):
             raise AdapterError(

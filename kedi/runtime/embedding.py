@@ -9,20 +9,22 @@ async ones; the stub body never runs.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
+import textwrap
+import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-import anyio
+from typing import Any, TypeVar, overload
 
 from kedi.errors import KediUsageError
 from kedi.history.lanes import Conversation
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.procedures import refuse_in_event_loop
 from kedi.runtime.program import Program, compile_program
-from kedi.syntax.docstrings import query_body_source
+from kedi.syntax.docstrings import lines_before_body, query_body_source
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,9 +55,30 @@ def _runner(
             "inside async code, declare it with `async def` and await it"
         )
         arguments = bind(args, kwargs)
-        return anyio.run(lambda: run(arguments), backend="asyncio")
+        return run_on_thread_loop(lambda: run(arguments))
 
     return wrapper
+
+
+@overload
+def query(func: F, /) -> F: ...
+
+
+@overload
+def query(
+    func: None = None,
+    *,
+    model: str | None = None,
+    adapter: Any = None,
+    system: str | None = None,
+    effort: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    tools: Sequence[Callable[..., Any]] = (),
+    conversation: Conversation | None = None,
+    transcript: Any = None,
+    cache: bool = False,
+) -> Callable[[F], F]: ...
 
 
 def query(
@@ -77,6 +100,9 @@ def query(
     Usable bare (`@kedi.query`) or with options (`@kedi.query(model=...)`).
     `tools` are Python callables the body may expose with `> use: name`.
     `cache=True` (the language's response cache) is refused: see `_refuse_cache`.
+    The decorated function keeps its signature for type checkers; its stub
+    body never runs (`raise NotImplementedError` after the docstring keeps
+    `mypy --strict` from reporting an empty body).
     """
     _refuse_cache("@kedi.query", cache)
 
@@ -86,6 +112,10 @@ def query(
             raise KediUsageError(f"@kedi.query: {function.__qualname__} has no docstring")
         body = query_body_source(doc)
         path = f"<query {function.__qualname__}>"
+        located = _docstring_location(function, doc)
+        if located is not None:  # errors point at the docstring's lines in the Python file
+            path, first_line = located
+            body = "\n" * (first_line - 1 + lines_before_body(doc)) + body
         names = tuple(inspect.signature(function).parameters)
         globals_ = _runtime_globals(names, env, tools)
         program = compile_program(body, path=path, fragment=True, known_globals=(*names, *globals_))
@@ -179,6 +209,34 @@ def _refuse_cache(decorator: str, cache: bool) -> None:
             "memoize the decorated function yourself (functools.lru_cache) if its "
             "answers may be reused"
         )
+
+
+def _docstring_location(function: Callable[..., Any], doc: str) -> tuple[str, int] | None:
+    """The Python file defining `function` and the line its docstring `doc` starts on.
+
+    None when the source cannot be read (a function made by `exec`, a REPL),
+    or its docstring is not a plain string literal spanning its own lines.
+    """
+    try:
+        path = inspect.getsourcefile(function)
+        lines, start = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError):
+        return None  # no source, or not Python source (code compiled under another file's name)
+    definition = tree.body[0] if tree.body else None
+    if path is None or not isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    first = definition.body[0]
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+        return None
+    literal = first.value
+    if not isinstance(literal.value, str) or inspect.cleandoc(literal.value) != inspect.cleandoc(
+        doc
+    ):
+        return None  # the file no longer holds this function as it was compiled
+    if literal.end_lineno is None or literal.end_lineno - literal.lineno != doc.count("\n"):
+        return None  # escapes (`\n`) in the literal: its lines are not the docstring's
+    return path, start + literal.lineno - 1
 
 
 def _load(path: Path, known_globals: tuple[str, ...]) -> Program:

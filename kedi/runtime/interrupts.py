@@ -1,7 +1,7 @@
 """Ctrl-C during a run: stop within a second, at a safe point, and say where.
 
-`run_interruptibly` runs a program's coroutine in a new event loop with its
-own SIGINT handler (installed only on the main thread). The first Ctrl-C
+`run_interruptibly` runs a program's coroutine on the thread's kedi event loop
+(`kedi.runtime.loops`) with its own SIGINT handler (installed only on the main thread). The first Ctrl-C
 
 - raises `KeyboardInterrupt` at once when embedded Python is running on the
   loop's thread (`python.running`), which stops `time.sleep(30)` or a long
@@ -27,8 +27,7 @@ from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, TypeVar
 
-import anyio
-
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.source import Span
 
 T = TypeVar("T")
@@ -75,17 +74,17 @@ def locate(span: Span | None) -> None:
 
 
 def run_interruptibly(start: Callable[[], Awaitable[T]]) -> T:
-    """Run `start()` in a new event loop; a Ctrl-C ends it with `KediInterrupted`.
+    """Run `start()` on the thread's kedi loop; a Ctrl-C ends it with `KediInterrupted`.
 
-    Off the main thread (where Python delivers no signals) this is a plain `anyio.run`.
+    Off the main thread (where Python delivers no signals) no handler is installed.
     """
     if threading.current_thread() is not threading.main_thread():
-        return anyio.run(start, backend="asyncio")
+        return run_on_thread_loop(start)
     global requested, _location
     requested, _location = False, None
     previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
-        return anyio.run(_main, start, backend="asyncio")
+        return run_on_thread_loop(lambda: _main(start))
     except BaseException as exc:
         if requested or isinstance(exc, KeyboardInterrupt):
             requested = True

@@ -9,7 +9,8 @@ it like any function:
 - from a worker thread that kedi started for other embedded Python (`map(f,
   xs)`, a call inside a lambda), the call hops back onto the event loop
   (`anyio.from_thread.run`);
-- from plain synchronous code with no loop running, it runs its own loop;
+- from plain synchronous code with no loop running, it runs on the thread's
+  kedi loop (`kedi.runtime.loops`);
 - `await proc.acall(...)` from async embedding code.
 
 Every invocation counts one level of Kedi call depth; past `MAX_CALL_DEPTH`
@@ -23,6 +24,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ import anyio.from_thread
 from kedi.adapters.resources import run_scope
 from kedi.errors import KediExecutionError, KediTypeExecutionError, KediUsageError
 from kedi.runtime import trace
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.scopes import AgentState, Scope
 from kedi.syntax import ast
 from kedi.syntax.python_snippets import returns_at_top_level
@@ -95,7 +98,7 @@ class KediProcedure:
         try:
             anyio.from_thread.check_cancelled()  # succeeds only in a worker thread of a run
         except RuntimeError:
-            return anyio.run(call, backend="asyncio")
+            return run_on_thread_loop(call)
         return anyio.from_thread.run(call)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
@@ -111,9 +114,8 @@ class KediProcedure:
         try:
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as exc:
-            raise trace.wrap(
-                TypeError(f"procedure `{node.name}`: {exc}"),
-            ) from None
+            with self._header_when_called_from_python():
+                raise trace.wrap(TypeError(f"procedure `{node.name}`: {exc}")) from None
         bound.apply_defaults()
         depth = _DEPTH.get() + 1
         if depth > MAX_CALL_DEPTH:
@@ -127,20 +129,10 @@ class KediProcedure:
 
     async def _run(self, bound: inspect.BoundArguments) -> Any:
         node = self.node
-        types = self._parameter_types()
-        scope = Scope(self.scope, params=frozenset(bound.arguments))
         interp = self.interpreter
-        for name, value in bound.arguments.items():
-            scope.vars[name] = interp.check(
-                types[name], value, f"argument `{name}` of `{node.name}`"
-            )
-        with trace.frame(
-            "procedure",
-            node.span,
-            label=f"procedure {node.name}",
-            procedure=node.name,
-            snippet=interp.snippet(node.span),
-        ):
+        with self._header_when_called_from_python():
+            scope = self._arguments_scope(bound)
+        with self._frame():
             what = f"return value of `{node.name}`"
             returned, value = await interp.run_body(
                 node.body,
@@ -154,6 +146,34 @@ class KediProcedure:
             return interp.check(
                 self._result_type(), "", what, missing=True, hint=_ignored_return_hint(node.body)
             )
+
+    def _frame(self) -> trace.frame:
+        node = self.node
+        return trace.frame(
+            "procedure",
+            node.span,
+            label=f"procedure {node.name}",
+            procedure=node.name,
+            snippet=self.interpreter.snippet(node.span),
+        )
+
+    def _header_when_called_from_python(self) -> AbstractContextManager[None]:
+        """Where a wrong argument points: the calling `.kedi` line, else the procedure's header.
+
+        Called from Python there is no calling line; without the header the
+        error's trace was empty.
+        """
+        return nullcontext() if trace.current_frames() else self._frame()
+
+    def _arguments_scope(self, bound: inspect.BoundArguments) -> Scope:
+        """The body's scope: the arguments, each checked against its parameter's type."""
+        types = self._parameter_types()
+        scope = Scope(self.scope, params=frozenset(bound.arguments))
+        for name, value in bound.arguments.items():
+            scope.vars[name] = self.interpreter.check(
+                types[name], value, f"argument `{name}` of `{self.node.name}`"
+            )
+        return scope
 
     def _parameter_types(self) -> dict[str, Any]:
         if self._param_types is None:

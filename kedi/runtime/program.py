@@ -11,12 +11,12 @@ a `conversation=` is passed, which lets several runs share history).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
-
-import anyio
+from typing import IO, TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
@@ -27,6 +27,7 @@ from kedi.runtime.calls import CallLayer, Transcript
 from kedi.runtime.config import parse_parallel
 from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.interrupts import run_interruptibly
+from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.procedures import KediProcedure, refuse_in_event_loop
 from kedi.runtime.python_bridge import CompiledSnippets
 from kedi.runtime.scopes import AgentState, SystemText
@@ -56,6 +57,26 @@ class RunResult:
 if TYPE_CHECKING:
     from kedi.runtime.sessions import SessionRecorder
 
+P = ParamSpec("P")
+
+
+def _takes_the_options_of(
+    run: Callable[Concatenate[Any, P], Awaitable[Any]],
+) -> Callable[[Callable[..., Any]], Callable[Concatenate[Any, P], Any]]:
+    """Give a sync twin of `run` the options of `run`, for type checkers and `help()`.
+
+    A misspelt option (`run_sync(modle=...)`) is then a type error, not only a
+    `TypeError` at run time.
+    """
+
+    def decorate(sync: Callable[..., Any]) -> Callable[Concatenate[Any, P], Any]:
+        sync.__signature__ = inspect.signature(run).replace(  # type: ignore[attr-defined]  # read by inspect.signature
+            return_annotation="Any"
+        )
+        return sync
+
+    return decorate
+
 
 class Program:
     """A parsed and checked Kedi program, ready to run any number of times."""
@@ -73,7 +94,11 @@ class Program:
 
     @property
     def path(self) -> str:
+        """The program's file name as errors show it (`<string>` for source without one)."""
         return self.source.path
+
+    def __repr__(self) -> str:
+        return f"Program({self.path!r})"
 
     async def run(
         self,
@@ -125,6 +150,9 @@ class Program:
         `kedi.adapters.create_adapter` (given the names from the arguments and
         the program's directives), e.g. to share instances across runs.
         """
+        _check_run_options(
+            args=args, env=env, settings=settings, conversation=conversation, transcript=transcript
+        )
         conversation = _run_conversation(conversation, conversation_id)
         interpreter, layer = self._start(
             run_id=_checked_id("run_id", run_id),
@@ -166,8 +194,13 @@ class Program:
             conversation=layer.conversation,
         )
 
+    @_takes_the_options_of(run)
     def run_sync(self, **options: Any) -> Any:
-        """`run` from synchronous code (it starts an event loop: not from async code)."""
+        """`run` from synchronous code (not from async code: it runs an event loop).
+
+        It takes `run`'s options (type checkers and `help()` see them) and
+        runs on the thread's kedi event loop (`kedi.runtime.loops`).
+        """
         refuse_in_event_loop("inside async code, use `await program.run(...)`, not `run_sync`")
         return run_interruptibly(lambda: self.run(**options))
 
@@ -236,8 +269,42 @@ class Program:
         """
         if self._procedures is None:
             refuse_in_event_loop("inside async code, use `await program.load_procedures()`")
-            anyio.run(self.load_procedures, backend="asyncio")
+            run_on_thread_loop(self.load_procedures)
         return dict(self._procedures or {})
+
+
+def _check_run_options(**options: Any) -> None:
+    """Refuse, naming the option, a `run` option of the wrong kind (it failed deep inside, or not at all).
+
+    `args={1: 2}` ran with no options, `transcript=3` wrote to file descriptor 3,
+    `conversation="abc"` was ignored until history needed it.
+    """
+    for name in ("args", "env", "settings"):
+        value = options[name]
+        if value is None:
+            continue
+        if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+            raise KediUsageError(
+                f"{name} must be a mapping of names (str) to values, such as a dict, "
+                f"not {type(value).__name__} {value!r:.80}"
+            )
+    conversation = options["conversation"]
+    if conversation is not None and not isinstance(conversation, Conversation):
+        raise KediUsageError(
+            "conversation must be a kedi.Conversation (kedi.Conversation() or "
+            f"kedi.Conversation.load(path)), not {type(conversation).__name__} {conversation!r:.80}"
+        )
+    transcript = options["transcript"]
+    if not (
+        transcript is None
+        or isinstance(transcript, str | os.PathLike | Transcript)
+        or callable(transcript)
+        or callable(getattr(transcript, "write", None))
+    ):
+        raise KediUsageError(
+            "transcript must be a file path, an open text file or a callable taking each record, "
+            f"not {type(transcript).__name__} {transcript!r:.80}"
+        )
 
 
 def _checked_id(name: str, value: str | None) -> str | None:

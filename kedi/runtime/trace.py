@@ -12,7 +12,6 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 
 from kedi.errors import (
-    AdapterError,
     KediError,
     KediExecutionError,
     KediKeyExecutionError,
@@ -21,6 +20,7 @@ from kedi.errors import (
     KediTraceFrame,
     KediTypeExecutionError,
     KediValueExecutionError,
+    execution_error_class,
 )
 from kedi.source import Span
 
@@ -121,9 +121,12 @@ def wrap(
     if isinstance(exc, KediExecutionError):
         return exc
     cls = KediExecutionError
-    if not isinstance(exc, KediError) or isinstance(exc, AdapterError):
+    if isinstance(exc, KediError):
+        if type(exc) is not KediError:
+            cls = execution_error_class(type(exc))  # `except ProviderError` still catches it
+    else:
         for builtin, flavour in _FLAVOURS:
-            if isinstance(exc, builtin) and not isinstance(exc, AdapterError):
+            if isinstance(exc, builtin):
                 cls = flavour
                 break
     text = message or _message(exc)

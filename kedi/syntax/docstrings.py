@@ -9,6 +9,17 @@ from kedi.syntax._text import dedent_line
 HEADER = "kedi"
 
 
+def lines_before_body(docstring: str) -> int:
+    """How many docstring lines come before the Kedi body: blank lines and the `kedi` line.
+
+    Line `n` of `query_body_source(docstring)` is line `n + lines_before_body(...)`
+    of the docstring (for error locations in the Python file).
+    """
+    lines = docstring.replace("\r\n", "\n").split("\n")
+    blank = next((index for index, line in enumerate(lines) if line.strip()), len(lines))
+    return blank + 1
+
+
 def query_body_source(docstring: str | None) -> str:
     """Return the Kedi body of a `@kedi.query` docstring.
 

@@ -31,6 +31,7 @@ from tests.adapters.openai_server import (
     Reply,
     chunk,
     completion,
+    error_body,
     sse,
 )
 
@@ -277,3 +278,44 @@ async def test_the_same_faults_are_provider_errors_through_the_frameworks(
         with pytest.raises(ProviderError) as caught:
             await adapter.request(CallRequest(prompt="Hi"))
     assert caught.value.retryable == (framework in transient)
+
+
+LLAMA_CPP_REFUSAL = Reply(
+    500,
+    error_body(
+        "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}",
+        kind="internal_server_error",
+    ),
+)
+"""What llama-cpp-python's server answers a `response_format` of type `json_schema`."""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("framework", "advice"),
+    [
+        ("pydantic", "the output_mode setting (tool, prompted)"),
+        ("langchain", "the structured_method setting (function_calling, json_mode)"),
+    ],
+)
+async def test_a_server_refusing_the_response_format_names_the_setting_to_change(
+    server: OpenAIServer, framework: str, advice: str
+) -> None:
+    """Through the frameworks a typed capture asks for json_schema by default; the error said only HTTP 500."""
+    from tests.adapters.helpers import spec
+
+    server.add(LLAMA_CPP_REFUSAL)
+    async with framework_adapter(framework, server) as adapter:
+        with pytest.raises(ProviderError) as caught:
+            await adapter.request(CallRequest(prompt="Hi", output=spec(label=(str, ...))))
+    assert caught.value.status == 500 and not caught.value.retryable
+    assert str(caught.value).endswith(
+        "the server refused the response_format kedi's structured output sent: "
+        f"ask another way with {advice}"
+    )
+    server.add(LLAMA_CPP_REFUSAL)
+    async with framework_adapter(framework, server) as adapter:  # a text call sends none
+        with pytest.raises(ProviderError) as caught:
+            await adapter.request(CallRequest(prompt="Hi"))
+    assert "ask another way" not in str(caught.value)

@@ -679,3 +679,35 @@ def test_a_model_name_is_built_by_init_chat_model_at_the_configured_base_url(
     built = chat_model_from_name("gpt-4o-mini", temperature=0.5)
     assert isinstance(built, ChatOpenAI) and built.temperature == 0.5
     assert built.openai_api_base == "http://127.0.0.1:9/v1"
+
+
+def test_one_chat_openai_serves_every_run_sync_of_a_program() -> None:
+    """langchain-openai binds its cached HTTP client to the loop of the first request.
+
+    Each `run_sync` used to run on a new event loop, so the second run on the
+    same `ChatOpenAI` failed with "Event loop is closed"; the sync entry points
+    now share the thread's loop (`kedi.runtime.loops`).
+    """
+    pytest.importorskip(
+        "langchain_openai", reason='needs langchain-openai: pip install "kedi[langchain]"'
+    )
+    from langchain_openai import ChatOpenAI
+
+    from tests.adapters.openai_server import OpenAIServer, Reply, completion
+
+    with OpenAIServer() as server:
+        server.add(*(Reply(body=completion(text)) for text in ("one", "two", "three")))
+        chat = ChatOpenAI(model="m", base_url=server.base_url, api_key="k", max_retries=0)
+        program = kedi.compile("[reply] << Hi\n= <reply>")
+        assert program.run_sync(adapter=LangChainAdapter(chat)) == "one"
+        assert program.run_sync(adapter=LangChainAdapter(chat)) == "two"
+
+        @kedi.query(adapter=LangChainAdapter(chat))
+        def greet() -> str:
+            """kedi
+            [reply] << Hello
+            = <reply>
+            """
+            raise NotImplementedError
+
+        assert greet() == "three"

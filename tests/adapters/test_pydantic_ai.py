@@ -202,6 +202,19 @@ async def test_output_that_never_validates_is_an_output_validation_error() -> No
     assert partial.run_id == RUN and isinstance(partial.messages[-1], ModelResponse)
 
 
+@pytest.mark.parametrize("mode", ["tool", "native", "prompted"])
+async def test_output_that_never_validates_says_why(mode: str) -> None:
+    """Pydantic AI's own text only counts the retries; the error names the field and the problem."""
+    bad = output({"city": "Oslo", "population": "many"})
+    adapter = PydanticAdapter(Script(bad, bad).model(), output_mode=mode)
+    with pytest.raises(OutputValidationError) as caught:
+        await adapter.request(call("Capital?", output=CITY, settings={"output_retries": 1}))
+    assert str(caught.value).endswith(
+        "gave no valid output (Exceeded maximum output retries (1)): "
+        "population: Input should be a valid integer"
+    )
+
+
 # --------------------------------------------------------------------------- history
 
 

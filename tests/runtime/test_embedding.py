@@ -14,6 +14,7 @@ from kedi.errors import KediUsageError
 
 def test_compile_and_run_sync_and_async() -> None:
     program = kedi.compile("[n: int] = `args.n * 2`\n= `n`", path="double.kedi")
+    assert repr(program) == "Program('double.kedi')"  # was <...Program object at 0x7f...>
     assert program.run_sync(args={"n": 21}) == 42
 
     async def main() -> int:
@@ -248,3 +249,97 @@ def test_the_response_cache_is_refused_not_silently_ignored(tmp_path: Path) -> N
     def flow_result() -> str: ...
 
     assert flow_result() == "done"
+
+
+def test_sync_entry_points_share_one_event_loop_per_thread_and_close_it_with_the_thread() -> None:
+    """Decision (kedi/runtime/loops.py): clients bound to the loop of one call work in the next."""
+    import asyncio
+    import gc
+    import threading
+
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    def note_loop() -> int:
+        seen.append(asyncio.get_running_loop())
+        return len(seen)
+
+    program = kedi.compile("= `note_loop()`", known_globals=("note_loop",))
+
+    @kedi.query(env={"note_loop": note_loop})
+    def noted() -> int:
+        """kedi
+        = `note_loop()`
+        """
+        raise NotImplementedError
+
+    def in_thread() -> None:
+        program.run_sync(env={"note_loop": note_loop})
+        noted()
+        program.run_sync(env={"note_loop": note_loop})
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join(timeout=30)
+    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]
+    assert not seen[0].is_running()
+    gc.collect()  # the thread's storage is gone: its loop closed, no ResourceWarning
+    assert seen[0].is_closed()
+
+
+def _line_of(text: str) -> int:
+    """The line of this test file holding `text` (once)."""
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if line.strip() == text)
+
+
+def test_errors_in_a_query_body_point_at_its_lines_in_the_python_file() -> None:
+    """They pointed at `<query ratio>`, line 1: the body's own numbering, in no file."""
+
+    @kedi.query
+    def ratio(a: int, b: int) -> int:
+        """kedi
+        [r: int] = `a // b`
+        = `r`
+        """
+        raise NotImplementedError
+
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        ratio(1, 0)
+    assert f'File "{__file__}", line {_line_of("[r: int] = `a // b`")}, in assignment' in str(
+        caught.value
+    )
+    with pytest.raises(kedi.KediCheckError) as refused:
+
+        @kedi.query
+        def label(text: str) -> str:
+            """
+            kedi
+            >> Label <text>: [label: Labell].
+            = `label`
+            """
+            raise NotImplementedError
+
+    assert str(refused.value).startswith(
+        f"{__file__}:{_line_of('>> Label <text>: [label: Labell].')}:"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"args": ["--name", "Ada"]}, "args must be a mapping of names (str) to values"),
+        ({"args": {1: "Ada"}}, "args must be a mapping of names (str) to values"),
+        ({"env": ["x"]}, "env must be a mapping"),
+        ({"settings": "temperature=0"}, "settings must be a mapping"),
+        ({"conversation": "chat-1"}, "conversation must be a kedi.Conversation"),
+        ({"transcript": 3}, "transcript must be a file path, an open text file or a callable"),
+    ],
+)
+def test_run_options_of_the_wrong_kind_are_refused_by_name(
+    options: dict[str, object], refusal: str
+) -> None:
+    """They raised Python's own errors from deep inside, or nothing (`transcript=3` wrote to fd 3)."""
+    program = kedi.compile("> history: enabled\n[r] << Hi\n= <r>", path="hi.kedi")
+    with pytest.raises(KediUsageError) as caught:
+        program.run_sync(**options)
+    assert str(caught.value).startswith(refusal)

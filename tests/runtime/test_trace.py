@@ -135,3 +135,31 @@ def test_a_wrong_return_type_points_at_the_line_returning_it(parallel: int | Non
     error = failure(WRONG_RETURN, parallel=parallel)
     assert "return value of `f`: expected str, got int" in str(error)
     assert frames(error)[-2:] == [("procedure", 1), ("return", 7)]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (("many",), "argument `n` of `double`: expected int, got str 'many'"),
+        ((), "procedure `double`: missing a required argument: 'n'"),
+    ],
+)
+def test_a_procedure_called_from_python_with_a_wrong_argument_points_at_its_header(
+    arguments: tuple[object, ...], problem: str
+) -> None:
+    """There is no calling `.kedi` line; the trace was empty ("Kedi stack trace:" and nothing)."""
+    program = kedi.compile("\n@double(n: int) -> int:\n  = `n * 2`\n", path="math.kedi")
+    double = program.procedures["double"]
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        double(*arguments)
+    assert str(caught.value).startswith(
+        'Kedi stack trace:\n\n  File "math.kedi", line 2, in procedure double\n'
+        "  \u2771 2 @double(n: int) -> int:\n"
+    )
+    assert str(caught.value).endswith(problem)
+    called_from_kedi = kedi.compile(
+        "@double(n: int) -> int:\n  = `n * 2`\n= `double('x')`", path="m.kedi"
+    )
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        called_from_kedi.run_sync()
+    assert "line 1" not in str(caught.value)  # from Kedi: the calling line (3), not the header
