@@ -401,9 +401,10 @@ class FakeLlama:
         return completion(json.dumps({"summary": SUMMARY_TEXT}))
 
 
-def test_local_does_not_stream_and_does_not_call_the_callback(
+def test_local_does_not_stream_and_sends_the_reply_in_one_piece(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """llama.cpp answers whole in-process: the `str` capture reaches `on_delta` once, complete."""
     from kedi.adapters import local
 
     llama = FakeLlama()
@@ -411,4 +412,4 @@ def test_local_does_not_stream_and_does_not_call_the_callback(
     pieces: list[str] = []
     adapter = local.LocalAdapter(model_path="fake.gguf")
     assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
-    assert pieces == [] and llama.streamed == [False]
+    assert pieces == [SUMMARY_TEXT] and llama.streamed == [False]
