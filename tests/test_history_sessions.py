@@ -164,7 +164,9 @@ def test_show_ls_rm_gc_export_import_and_diff(chat: Path, tmp_path: Path) -> Non
     lane_less = tmp_path / "lane-less.json"
     lane_less.write_text('{"kedi_session_export": 1, "session": {}, "turns": [{"lane": {}}]}')
     refused = kedi("history", "import", str(lane_less))
-    assert refused.stderr.endswith("turns[0]: the field 'adapter' is missing\n")  # was KeyError: 'adapter'
+    assert refused.stderr.endswith(
+        "turns[0]: the field 'adapter' is missing\n"
+    )  # was KeyError: 'adapter'
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     refused = kedi("history", "import", str(bad))

@@ -343,6 +343,8 @@ def test_a_user_script_on_the_public_api_passes_mypy_strict(tmp_path: Path) -> N
         cwd=Path(__file__).resolve().parents[1],
     )
     errors = [
-        Path(line.split(" error: ")[0]).name for line in proc.stdout.splitlines() if " error: " in line
+        Path(line.split(" error: ")[0]).name
+        for line in proc.stdout.splitlines()
+        if " error: " in line
     ]
     assert errors == ["app.py:11:", "app.py:39:"], proc.stdout + proc.stderr

@@ -30,7 +30,6 @@ import inspect
 import json
 import os
 import threading
-from dataclasses import replace
 from functools import partial
 from importlib import metadata
 from typing import Any, ClassVar
@@ -39,8 +38,9 @@ import anyio.to_thread
 import httpx
 
 from kedi.adapters._capture_stream import stream_value_in_one_piece
-from kedi.adapters.base import AdapterProfile, CallRequest, CallResult
-from kedi.adapters.openai import OpenAIAdapter, StructuredMode
+from kedi.adapters._openai_http import Sender
+from kedi.adapters.base import AdapterProfile, CallResult
+from kedi.adapters.openai import OpenAIAdapter, StructuredMode, _Call
 from kedi.errors import ExtraNotInstalledError, KediConfigError
 
 __all__ = ["LOCAL_BASE_URL", "LocalAdapter", "default_model_path", "load_llama"]
@@ -150,12 +150,10 @@ class LocalAdapter(OpenAIAdapter):
     def __repr__(self) -> str:
         return f"LocalAdapter(model_path={self.model_path!r})"
 
-    async def request(self, request: CallRequest) -> CallResult:
-        """Run one call; llama.cpp answers whole here, so `on_delta` gets the reply in one piece."""
-        if request.on_delta is None:
-            return await super().request(request)
-        result = await super().request(replace(request, on_delta=None))
-        stream_value_in_one_piece(request, result.value)
+    async def _converse(self, sender: Sender, call: _Call) -> CallResult:
+        # llama.cpp answers whole here: `on_delta` gets the reply in one piece, once it validated.
+        result = await super()._converse(sender, call)
+        stream_value_in_one_piece(call.request, result.value)
         return result
 
     @classmethod
