@@ -304,7 +304,12 @@ class _Sent:
 
 @dataclass(slots=True, eq=False)
 class _Worker:
-    """One live actor, the rows it holds (by input position) and the task reading its outcomes."""
+    """One live actor, the rows it holds (by input position) and the task reading its outcomes.
+
+    The reader starts with the actor's first rows, so an actor that dies on
+    arrival (its store unreachable, say) is replaced only to run rows, each
+    of which gives up after `MAX_ROW_ATTEMPTS` actors.
+    """
 
     actor: Any
     index: int
@@ -371,9 +376,7 @@ class RayEngine:
         actor = cls.remote(
             self._spec, self._limiter, self._parallel, self._rpm, self._tpm, (index, self._count)
         )
-        worker = _Worker(actor, index)
-        worker.reader = asyncio.ensure_future(self._read(worker))
-        return worker
+        return _Worker(actor, index)
 
     @staticmethod
     def _window(concurrency: int) -> int:
@@ -405,6 +408,8 @@ class RayEngine:
             if sent.outcome.done():  # its run_row was cancelled before it left
                 continue
             worker = min(self._workers, key=lambda w: len(w.running))
+            if worker.reader is None:  # from its first rows on (see _Worker)
+                worker.reader = asyncio.ensure_future(self._read(worker))
             worker.running[sent.row.position] = sent
             chunks.setdefault(worker.index, []).append(sent)
         for worker in self._workers:
