@@ -6,9 +6,14 @@ rows at once on its event loop. Remote calls cost about a millisecond of CPU
 on each side, as much as running a row, so nothing here makes one per row:
 
 - Rows go to the actors in chunks (the rows the driver released in one turn
-  of its event loop, spread over the least-loaded actors), and each chunk's
-  outcomes stream back as they finish (`RowActor.run_rows`, a Ray streaming
-  generator), several per message when several finished together.
+  of its event loop, spread over the least-loaded actors; `RowActor.take`),
+  and every outcome of an actor comes back on one stream for the actor's
+  life (`RowActor.outcomes`, a Ray streaming generator), one message for the
+  rows that finished together (a group commit), whichever chunks they came in.
+- Each actor runs its share of the job's concurrency (`actor_share`); the
+  driver keeps `QUEUED_SHARE` more rows queued on the actors, so an actor's
+  slot is refilled from its queue when a row ends, not after a round trip
+  through the driver (which made the rows wait with both cores half idle).
 - One `LimiterActor` holds the job's `RateLimiter`; each actor talks to it
   through a `LeasedGate`. Without `--rpm`/`--tpm` a request does not ask it
   at all; with them, the requests waiting in an actor book their slots in one
@@ -17,7 +22,8 @@ on each side, as much as running a row, so nothing here makes one per row:
   pauses learnt, every `SYNC_INTERVAL`; a 429 pauses its own actor at once.
 
 The driver (`run_batch`, as for the local engine) keeps the order, the
-window and RESULTS; it reads the limiter's concurrency twice a second.
+window (the job's concurrency plus the queue) and RESULTS; it reads the
+limiter's concurrency twice a second, the actors every `SYNC_INTERVAL`.
 
 An actor that dies mid-row (killed, node lost) is replaced and its rows are
 sent again with `recorded_ok`: a row whose outcome was committed before the
@@ -31,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import pickle
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -252,7 +259,16 @@ class RowActor:
             try:
                 return await self._runner.run(row, recorded_ok=recorded_ok)
             except Exception as error:  # its ledger write failed: the driver's run_row raises it
-                return RowFailed(row.position, error)
+                return RowFailed(row.position, _sendable(error))
+
+
+def _sendable(error: Exception) -> Exception:
+    """`error`, or a `KediError` saying the same when it cannot be pickled to the driver."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # any pickling failure: the message still reaches the driver
+        return KediError(f"{type(error).__name__}: {error}")
+    return error
 
 
 def import_ray() -> Any:

@@ -271,15 +271,16 @@ def test_a_row_whose_run_raised_raises_in_run_row_and_the_others_finish(
 def test_the_rows_of_an_actor_that_died_are_sent_again_with_recorded_ok(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(FakeRunner, "delay", 0.05)  # rows end 50 ms apart on each actor
     fake = FakeRay()
     engine = engine_on(fake, monkeypatch)
 
     async def run() -> list[Outcome]:
         async with engine.session():
-            running = asyncio.gather(*(engine.run_row(row) for row in rows(8)))
-            await asyncio.sleep(FakeRunner.delay * 1.5)  # each actor has answered one row
+            running = [asyncio.ensure_future(engine.run_row(row)) for row in rows(8)]
+            await running[1]  # actor 1 (rows 1, 3, 5, 7) has answered its first row
             fake.kill(row_actors(fake)[1])
-            return await running
+            return await asyncio.gather(*running)
 
     outcomes = asyncio.run(run())
     again = {o.key for o in outcomes if o.value.endswith("again=True")}
@@ -369,3 +370,15 @@ def test_a_429_pauses_its_actor_at_once_and_the_others_from_their_next_report() 
     assert before_report < 0.05
     assert throttled_waited >= 0.5 and other_waited >= 0.5
     assert ("throttled", (0.6,)) in limiter.calls
+
+
+def test_a_failed_rows_error_that_cannot_be_pickled_still_reaches_the_driver() -> None:
+    class Unpicklable(Exception):
+        def __init__(self, code: int, detail: str) -> None:  # pickle calls it with args only
+            super().__init__(f"{code}: {detail}")
+
+    sent = ray_engine._sendable(Unpicklable(5, "disk full"))
+    assert isinstance(sent, ray_engine.KediError)
+    assert str(sent) == "Unpicklable: 5: disk full"
+    plain = ray_engine.KediError("locked")
+    assert ray_engine._sendable(plain) is plain
