@@ -6,9 +6,14 @@ rows at once on its event loop. Remote calls cost about a millisecond of CPU
 on each side, as much as running a row, so nothing here makes one per row:
 
 - Rows go to the actors in chunks (the rows the driver released in one turn
-  of its event loop, spread over the least-loaded actors), and each chunk's
-  outcomes stream back as they finish (`RowActor.run_rows`, a Ray streaming
-  generator), several per message when several finished together.
+  of its event loop, spread over the least-loaded actors; `RowActor.take`),
+  and every outcome of an actor comes back on one stream for the actor's
+  life (`RowActor.outcomes`, a Ray streaming generator), one message for the
+  rows that finished together (a group commit), whichever chunks they came in.
+- Each actor runs its share of the job's concurrency (`actor_share`); the
+  driver keeps `QUEUED_SHARE` more rows queued on the actors, so an actor's
+  slot is refilled from its queue when a row ends, not after a round trip
+  through the driver (which made the rows wait with both cores half idle).
 - One `LimiterActor` holds the job's `RateLimiter`; each actor talks to it
   through a `LeasedGate`. Without `--rpm`/`--tpm` a request does not ask it
   at all; with them, the requests waiting in an actor book their slots in one
@@ -17,7 +22,8 @@ on each side, as much as running a row, so nothing here makes one per row:
   pauses learnt, every `SYNC_INTERVAL`; a 429 pauses its own actor at once.
 
 The driver (`run_batch`, as for the local engine) keeps the order, the
-window and RESULTS; it reads the limiter's concurrency twice a second.
+window (the job's concurrency plus the queue) and RESULTS; it reads the
+limiter's concurrency twice a second, the actors every `SYNC_INTERVAL`.
 
 An actor that dies mid-row (killed, node lost) is replaced and its rows are
 sent again with `recorded_ok`: a row whose outcome was committed before the
@@ -29,12 +35,16 @@ engine starts.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import pickle
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from kedi.batch.inputs import Row
 from kedi.batch.ledger import Outcome
@@ -48,6 +58,11 @@ SYNC_INTERVAL = 0.2
 """Seconds between an actor's reports to the limiter (successes, tokens) and its reads of a pause."""
 LEASE_SECONDS = 0.5
 """The most of the job's request timeline (at `--rpm`) one actor books in one call."""
+QUEUED_SHARE = 0.5
+"""Rows the driver keeps queued on the actors beyond the job's concurrency, as a share of it.
+
+An actor starts a queued row the moment one of its own finishes, so its
+slots never wait for the round trip to the driver and back."""
 MAX_ROW_ATTEMPTS = 5
 """How many actors one row may outlive before the job gives up on it."""
 
@@ -98,6 +113,8 @@ class LeasedGate:
         self._successes = 0
         self._tokens = 0
         self._syncing: asyncio.Task[None] | None = None
+        self.concurrency: int | None = None
+        """The job's concurrency at the last report (None before the first)."""
 
     def start(self) -> None:
         """Start reporting to the limiter (from the actor's event loop; idempotent)."""
@@ -157,43 +174,101 @@ class LeasedGate:
             self._successes = self._tokens = 0
             with suppress(Exception):  # a lost report only delays the recovery of concurrency
                 state: LimiterState = await self._limiter.report.remote(successes, tokens)
+                self.concurrency = state.concurrency
                 self._paused_until = max(self._paused_until, time.monotonic() + state.paused_for)
             await asyncio.sleep(SYNC_INTERVAL)
 
 
+def actor_share(concurrency: int, index: int, actors: int) -> int:
+    """How many of the job's `concurrency` rows actor `index` of `actors` runs at once (at least 1)."""
+    return max(1, concurrency // actors + (1 if index < concurrency % actors else 0))
+
+
+@dataclass(frozen=True, slots=True)
+class RowFailed:
+    """A row whose run raised (its ledger write failed): the driver's `run_row` raises `error`."""
+
+    position: int
+    error: BaseException
+
+
 class RowActor:
-    """Runs chunks of one job's rows (a Ray async actor class once wrapped)."""
+    """Runs one job's rows (a Ray async actor class once wrapped).
+
+    The driver hands it rows with `take` (a chunk per call, returning at
+    once) and reads every outcome from one `outcomes` stream for the actor's
+    life, a message per batch of rows that finished together (a group
+    commit). The actor runs at most its share of the job's concurrency at
+    once (`actor_share`, following the limiter's concurrency from its
+    reports); rows beyond that wait in line, in the order they came.
+    """
 
     def __init__(
-        self, spec: BatchSpec, limiter: Any, parallel: int, rpm: float | None, tpm: float | None
+        self,
+        spec: BatchSpec,
+        limiter: Any,
+        parallel: int,
+        rpm: float | None,
+        tpm: float | None,
+        place: tuple[int, int] = (0, 1),
     ) -> None:
+        self._place = place
         self._gate = LeasedGate(limiter, rpm=rpm, books=bool(rpm or tpm))
-        self._runner = RowRunner(spec, self._gate, parallel=parallel)
+        self.share = actor_share(parallel, *place)
+        self._slots = anyio.CapacityLimiter(self.share)
+        self._running: set[asyncio.Task[Outcome | RowFailed]] = set()
+        self._finished: list[Outcome | RowFailed] = []
+        self._woken: asyncio.Event | None = None
+        self._runner = RowRunner(spec, self._gate, parallel=self.share)
 
     async def ready(self) -> int:
         return os.getpid()
 
-    async def run_rows(self, rows: list[tuple[Row, bool]]) -> AsyncIterator[list[Outcome]]:
-        """Run the rows (each with its `recorded_ok`) at once; yield their outcomes as they finish.
-
-        A row that raised (its ledger write failed) ends the chunk with that
-        error once the outcomes finished before it are yielded.
-        """
+    async def take(self, rows: list[tuple[Row, bool]]) -> None:
+        """Start the rows (each with its `recorded_ok`); their outcomes come out of `outcomes`."""
         self._gate.start()
-        pending = {
-            asyncio.ensure_future(self._runner.run(row, recorded_ok=recorded_ok))
-            for row, recorded_ok in rows
-        }
-        while pending:
-            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            failed = [task for task in finished if task.exception() is not None]
-            outcomes = [task.result() for task in finished if task.exception() is None]
-            if outcomes:
-                yield outcomes
-            if failed:
-                for task in pending:
-                    task.cancel()
-                raise failed[0].exception()  # type: ignore[misc]  # an exception, checked above
+        for row, recorded_ok in rows:
+            task = asyncio.ensure_future(self._run(row, recorded_ok))
+            self._running.add(task)
+            task.add_done_callback(self._done)
+
+    async def outcomes(self) -> AsyncIterator[list[Outcome | RowFailed]]:
+        """Every row's outcome (or failure) as it finishes, those finished together in one message."""
+        self._woken = asyncio.Event()
+        while True:
+            if not self._finished:
+                self._woken.clear()
+                await self._woken.wait()
+            finished, self._finished = self._finished, []
+            yield finished
+
+    def _done(self, task: asyncio.Task[Outcome | RowFailed]) -> None:
+        self._running.discard(task)
+        if task.cancelled():  # the actor is going away
+            return
+        self._finished.append(task.result())
+        if self._woken is not None:
+            self._woken.set()
+
+    async def _run(self, row: Row, recorded_ok: bool) -> Outcome | RowFailed:
+        if self._gate.concurrency is not None:
+            share = actor_share(self._gate.concurrency, *self._place)
+            if share != self._slots.total_tokens:
+                self._slots.total_tokens = share
+        async with self._slots:
+            try:
+                return await self._runner.run(row, recorded_ok=recorded_ok)
+            except Exception as error:  # its ledger write failed: the driver's run_row raises it
+                return RowFailed(row.position, _sendable(error))
+
+
+def _sendable(error: Exception) -> Exception:
+    """`error`, or a `KediError` saying the same when it cannot be pickled to the driver."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # any pickling failure: the message still reaches the driver
+        return KediError(f"{type(error).__name__}: {error}")
+    return error
 
 
 def import_ray() -> Any:
@@ -245,10 +320,17 @@ class _Sent:
 
 @dataclass(slots=True, eq=False)
 class _Worker:
-    """One live actor and how many rows it is running."""
+    """One live actor, the rows it holds (by input position) and the task reading its outcomes.
+
+    The reader starts with the actor's first rows, so an actor that dies on
+    arrival (its store unreachable, say) is replaced only to run rows, each
+    of which gives up after `MAX_ROW_ATTEMPTS` actors.
+    """
 
     actor: Any
-    load: int = 0
+    index: int
+    running: dict[int, _Sent] = field(default_factory=dict)
+    reader: asyncio.Task[None] | None = None
 
 
 class RayEngine:
@@ -270,7 +352,7 @@ class RayEngine:
         self._rpm, self._tpm, self._parallel = rpm, tpm, parallel
         self._workers: list[_Worker] = []
         self._outbox: list[_Sent] = []
-        self._chunks: set[asyncio.Task[None]] = set()
+        self._sends: set[asyncio.Task[None]] = set()
         self._limiter: Any = None
         self._state = LimiterState(
             concurrency=parallel, throttled=0, paused_for=0.0, token_debt=0.0
@@ -285,13 +367,13 @@ class RayEngine:
             self._limiter = ray.remote(num_cpus=0)(LimiterActor).remote(
                 self._rpm, self._tpm, self._parallel
             )
-            self._workers = [self._new_worker() for _ in range(self._count)]
+            self._workers = [self._new_worker(index) for index in range(self._count)]
             await asyncio.gather(*(worker.actor.ready.remote() for worker in self._workers))
             poller = asyncio.ensure_future(self._poll())
             try:
                 yield
             finally:
-                tasks = [poller, *self._chunks]
+                tasks = [poller, *self._sends, *(w.reader for w in self._workers if w.reader)]
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -302,13 +384,20 @@ class RayEngine:
             if started:
                 ray.shutdown()
 
-    def _new_worker(self) -> _Worker:
-        per_actor = max(1, -(-self._parallel // self._count))
-        # Rows come in chunks, each one call: the job's window bounds the calls an actor runs.
-        cls = self._ray.remote(
-            num_cpus=0, max_concurrency=self._parallel + 2, scheduling_strategy="SPREAD"
-        )(RowActor)
-        return _Worker(cls.remote(self._spec, self._limiter, per_actor, self._rpm, self._tpm))
+    def _new_worker(self, index: int) -> _Worker:
+        # `take` returns at once and `outcomes` runs for the actor's life: a few calls at a time.
+        cls = self._ray.remote(num_cpus=0, max_concurrency=8, scheduling_strategy="SPREAD")(
+            RowActor
+        )
+        actor = cls.remote(
+            self._spec, self._limiter, self._parallel, self._rpm, self._tpm, (index, self._count)
+        )
+        return _Worker(actor, index)
+
+    @staticmethod
+    def _window(concurrency: int) -> int:
+        """Rows the driver may have on the actors: the job's concurrency and a queue beyond it."""
+        return concurrency + math.ceil(concurrency * QUEUED_SHARE)
 
     async def _poll(self) -> None:
         while True:
@@ -334,36 +423,52 @@ class RayEngine:
         for sent in queued:
             if sent.outcome.done():  # its run_row was cancelled before it left
                 continue
-            worker = min(self._workers, key=lambda w: w.load)
-            worker.load += 1
-            chunks.setdefault(id(worker), []).append(sent)
+            worker = min(self._workers, key=lambda w: len(w.running))
+            if worker.reader is None:  # from its first rows on (see _Worker)
+                worker.reader = asyncio.ensure_future(self._read(worker))
+            worker.running[sent.row.position] = sent
+            chunks.setdefault(worker.index, []).append(sent)
         for worker in self._workers:
-            if id(worker) in chunks:
-                task = asyncio.ensure_future(self._run_chunk(worker, chunks[id(worker)]))
-                self._chunks.add(task)
-                task.add_done_callback(self._chunks.discard)
+            if worker.index in chunks:
+                task = asyncio.ensure_future(self._take(worker, chunks[worker.index]))
+                self._sends.add(task)
+                task.add_done_callback(self._sends.discard)
 
-    async def _run_chunk(self, worker: _Worker, chunk: list[_Sent]) -> None:
-        """Send a chunk to its actor; hand each outcome to its row as it streams back."""
-        running = {sent.row.position: sent for sent in chunk}
+    async def _take(self, worker: _Worker, chunk: list[_Sent]) -> None:
         try:
-            stream = worker.actor.run_rows.remote([(s.row, s.attempts > 0) for s in chunk])
-            async for reply in stream:
-                for outcome in await reply:
-                    sent = running.pop(outcome.position)
-                    worker.load -= 1
-                    if not sent.outcome.done():
-                        sent.outcome.set_result(outcome)
+            await worker.actor.take.remote([(sent.row, sent.attempts > 0) for sent in chunk])
         except self._ray.exceptions.RayActorError:
-            self._replace(worker)
-            for sent in running.values():
-                self._retry(sent)
-        except Exception as error:  # a row's ledger write failed: its run_row raises it
-            for sent in running.values():
+            pass  # its reader sees the actor die and sends its rows again
+        except Exception as error:  # the call itself failed: its rows say why
+            for sent in chunk:
+                worker.running.pop(sent.row.position, None)
                 if not sent.outcome.done():
                     sent.outcome.set_exception(error)
-        finally:
-            worker.load -= len(running)
+
+    async def _read(self, worker: _Worker) -> None:
+        """Hand each outcome the actor streams back to its row; replace the actor if it dies."""
+        try:
+            async for reply in worker.actor.outcomes.remote():
+                for finished in await reply:
+                    sent = worker.running.pop(finished.position)
+                    if sent.outcome.done():
+                        continue
+                    if isinstance(finished, RowFailed):
+                        sent.outcome.set_exception(finished.error)
+                    else:
+                        sent.outcome.set_result(finished)
+        except self._ray.exceptions.RayActorError:
+            pass
+        except Exception as error:  # the stream broke otherwise: its rows say why
+            self._replace(worker)
+            for sent in worker.running.values():
+                if not sent.outcome.done():
+                    sent.outcome.set_exception(error)
+            return
+        # the actor died (or its stream ended, which only its end does): its rows go again
+        self._replace(worker)
+        for sent in worker.running.values():
+            self._retry(sent)
 
     def _retry(self, sent: _Sent) -> None:
         """Send a row whose actor died again (`recorded_ok`), unless it outlived too many."""
@@ -381,10 +486,12 @@ class RayEngine:
 
     def _replace(self, dead: _Worker) -> None:
         if dead in self._workers:
-            self._workers[self._workers.index(dead)] = self._new_worker()
+            self._workers[self._workers.index(dead)] = self._new_worker(dead.index)
+            with suppress(Exception):  # it may be gone already
+                self._ray.kill(dead.actor)
 
     def concurrency(self) -> int:
-        return self._state.concurrency
+        return self._window(self._state.concurrency)
 
     def limits(self) -> LimiterState | None:
         return self._state
