@@ -2,8 +2,9 @@
 
 Each `RowActor` holds its own `RowRunner` (the compiled program, one shared
 adapter, a ledger connection with its own group committer) and runs many
-rows at once on its event loop. Remote calls cost about a millisecond of CPU
-on each side, as much as running a row, so nothing here makes one per row:
+rows at once on its event loop. A remote call costs about half a millisecond
+of CPU on each side, a quarter of running a row, so nothing here makes one
+per row:
 
 - Rows go to the actors in chunks (the rows the driver released in one turn
   of its event loop, spread over the least-loaded actors; `RowActor.take`),
