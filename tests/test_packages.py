@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 import kedi.syntax
 from kedi.cli import main
 from kedi.syntax import ast
-from kedi.syntax.manifest import pyproject_toml, read_manifest
+from kedi.syntax.manifest import Manifest, pyproject_toml, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,6 +94,35 @@ def test_author_contact_and_license_reach_the_distribution_metadata(
     assert project["license"] == {"text": "MIT"}
     assert project["authors"] == authors
     assert project.get("urls") == urls
+
+
+TRICKY_TEXT = 'Ada 😀 "quoted" back\\slash\nnew line\ttab \x00\x1b\x7f é 中'
+
+
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1))
+def test_pyproject_toml_reads_back_any_text_exactly(text: str) -> None:
+    """A manifest value with emoji, quotes, backslashes or control characters stays valid TOML."""
+    manifest = Manifest(
+        "greetpkg",
+        {"license": text, "author": text, "contact": text, "source": text},
+        (text,),
+    )
+    project_toml = tomllib.loads(pyproject_toml(manifest))
+    project = project_toml["project"]
+    assert project["license"] == {"text": text}
+    assert project["dependencies"] == [text]
+    assert project["authors"][0]["name"] == text
+    assert project_toml["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"] == {
+        text: "greetpkg"
+    }
+
+
+def test_pyproject_toml_writes_emoji_as_itself() -> None:
+    project = tomllib.loads(pyproject_toml(Manifest("greetpkg", {"license": TRICKY_TEXT}, ())))
+    assert project["project"]["license"] == {"text": TRICKY_TEXT}
+    assert pyproject_of(MANIFEST + "  author: Ada 😀\n")["project"]["authors"] == [
+        {"name": "Ada 😀"}
+    ]
 
 
 @pytest.mark.slow
