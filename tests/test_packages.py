@@ -57,6 +57,18 @@ def test_package_check_accepts_a_valid_package_and_locates_manifest_errors(tmp_p
     )
 
 
+@pytest.mark.parametrize("command", ["check", "pyproject"])
+def test_a_manifest_value_in_backticks_is_refused_not_dropped(tmp_path: Path, command: str) -> None:
+    """Spec §6.4: a manifest is never run, so a computed value would vanish from the distribution."""
+    package = make_package(tmp_path, MANIFEST + '  license: `"MI" + "T"`\n')
+    result = CliRunner().invoke(main, ["package", command, str(package)])
+    assert result.exit_code == 1
+    assert 'package.kedi", line 5' in result.output
+    assert "manifest field `license` must be literal text" in result.output
+    assert "write the value itself, e.g. `license: MIT`" in result.output
+    assert "[project]" not in result.output
+
+
 def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
     package = make_package(tmp_path)
     (package / "src" / "greetpkg" / "main.kedi").unlink()

@@ -33,8 +33,22 @@ class Manifest:
     dependencies: tuple[str, ...]
 
 
+_FIELD_EXAMPLES = {
+    "version": "1.2.0",
+    "source": "src/mypkg",
+    "python": "python@3.11-3.13",
+    "author": "Ada Lovelace",
+    "contact": "ada@example.com",
+    "license": "MIT",
+}
+
+
 def read_manifest(package: ast.Package) -> Manifest:
-    """The manifest's fields as text (non-literal values are left out)."""
+    """The manifest's fields as text.
+
+    Only literal text is read: `manifest_problems` refuses any other value
+    (backticks, `<...>`), so a checked manifest loses none of its fields.
+    """
     fields: dict[str, str] = {}
     dependencies: tuple[str, ...] = ()
     for entry in package.config:
@@ -45,8 +59,26 @@ def read_manifest(package: ast.Package) -> Manifest:
     return Manifest(package.name, fields, dependencies)
 
 
+def _non_literal_fields(package: ast.Package) -> Iterator[Diagnostic]:
+    """Spec §6.4: `package.kedi` holds nothing executable, so its values are literal text.
+
+    A package is built and installed without running Kedi or Python, so a value
+    in backticks or `<...>` has nothing to evaluate it: refused, never dropped.
+    """
+    for entry in package.config:
+        if any(not isinstance(segment, ast.Text) for segment in entry.value):
+            example = _FIELD_EXAMPLES.get(entry.key, "plain text")
+            yield Diagnostic(
+                entry.span,
+                f"manifest field `{entry.key}` must be literal text: a package manifest"
+                " is never run, so backticks and `<...>` are not evaluated",
+                f"write the value itself, e.g. `{entry.key}: {example}`",
+            )
+
+
 def manifest_problems(package: ast.Package) -> Iterator[Diagnostic]:
     """Field values a manifest may not hold (keys themselves are checked by `checks.py`)."""
+    yield from _non_literal_fields(package)
     try:
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.version import InvalidVersion, Version
