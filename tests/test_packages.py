@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 import kedi.syntax
 from kedi.cli import main
 from kedi.syntax import ast
-from kedi.syntax.manifest import pyproject_toml, read_manifest
+from kedi.syntax.manifest import Manifest, pyproject_toml, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,6 +57,18 @@ def test_package_check_accepts_a_valid_package_and_locates_manifest_errors(tmp_p
     )
 
 
+@pytest.mark.parametrize("command", ["check", "pyproject"])
+def test_a_manifest_value_in_backticks_is_refused_not_dropped(tmp_path: Path, command: str) -> None:
+    """Spec §6.4: a manifest is never run, so a computed value would vanish from the distribution."""
+    package = make_package(tmp_path, MANIFEST + '  license: `"MI" + "T"`\n')
+    result = CliRunner().invoke(main, ["package", command, str(package)])
+    assert result.exit_code == 1
+    assert 'package.kedi", line 5' in result.output
+    assert "manifest field `license` must be literal text" in result.output
+    assert "write the value itself, e.g. `license: MIT`" in result.output
+    assert "[project]" not in result.output
+
+
 def test_package_check_needs_main_kedi_in_the_source(tmp_path: Path) -> None:
     package = make_package(tmp_path)
     (package / "src" / "greetpkg" / "main.kedi").unlink()
@@ -92,6 +106,35 @@ def test_author_contact_and_license_reach_the_distribution_metadata(
     assert project["license"] == {"text": "MIT"}
     assert project["authors"] == authors
     assert project.get("urls") == urls
+
+
+TRICKY_TEXT = 'Ada 😀 "quoted" back\\slash\nnew line\ttab \x00\x1b\x7f é 中'
+
+
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1))
+def test_pyproject_toml_reads_back_any_text_exactly(text: str) -> None:
+    """A manifest value with emoji, quotes, backslashes or control characters stays valid TOML."""
+    manifest = Manifest(
+        "greetpkg",
+        {"license": text, "author": text, "contact": text, "source": text},
+        (text,),
+    )
+    project_toml = tomllib.loads(pyproject_toml(manifest))
+    project = project_toml["project"]
+    assert project["license"] == {"text": text}
+    assert project["dependencies"] == [text]
+    assert project["authors"][0]["name"] == text
+    assert project_toml["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"] == {
+        text: "greetpkg"
+    }
+
+
+def test_pyproject_toml_writes_emoji_as_itself() -> None:
+    project = tomllib.loads(pyproject_toml(Manifest("greetpkg", {"license": TRICKY_TEXT}, ())))
+    assert project["project"]["license"] == {"text": TRICKY_TEXT}
+    assert pyproject_of(MANIFEST + "  author: Ada 😀\n")["project"]["authors"] == [
+        {"name": "Ada 😀"}
+    ]
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import pkgutil
 import subprocess
 import sys
@@ -292,8 +293,8 @@ from kedi import Conversation, Program, RunResult
 program: Program = kedi.compile("[reply] << <`args.message`>\\n= <reply>", path="chat.kedi")
 conversation = Conversation()
 reply: str = program.run_sync(args={"message": "Hi"}, conversation=conversation)
-result = program.run_sync(args={"message": "Hi"}, result=True)
-assert isinstance(result, RunResult)
+result: RunResult = program.run_sync(args={"message": "Hi"}, result=True)
+turns: int = program.run_sync(result=True).conversation_id  # error: a str
 program.run_sync(args={"message": "Hi"}, modle="offline")  # error: misspelt option
 
 
@@ -322,6 +323,7 @@ def flow(topic: str) -> str:
 
 async def main() -> None:
     summary: str = await summary_of("a long text")
+    ran_id: int = (await program.run(result=True, model="offline")).run_id  # error: a str
     count: int = title_for("parsers")  # error: a str
     print(summary, count, flow("x"))
 
@@ -330,9 +332,19 @@ asyncio.run(main())
 '''
 
 
+def test_the_typed_run_options_are_exactly_the_options_run_takes() -> None:
+    """`RunOptions` types the `run`/`run_sync` overloads: an option missing there
+    would be a type error for a valid call, an extra one a typo mypy lets through."""
+    from kedi.runtime.program import RunOptions
+
+    taken = set(inspect.signature(kedi.Program.run).parameters) - {"self", "result"}
+    assert set(RunOptions.__annotations__) == taken
+
+
 def test_a_user_script_on_the_public_api_passes_mypy_strict(tmp_path: Path) -> None:
     """`@kedi.query(...)` keeps the function's type (it was an untyped decorator);
-    `run_sync` takes `run`'s options, so a misspelt one is a type error."""
+    `run_sync` takes `run`'s options, so a misspelt one is a type error; and
+    `run`/`run_sync(result=True)` return a `RunResult`, not `Any`."""
     script = tmp_path / "app.py"
     script.write_text(USER_SCRIPT, encoding="utf-8")
     proc = subprocess.run(
@@ -347,4 +359,10 @@ def test_a_user_script_on_the_public_api_passes_mypy_strict(tmp_path: Path) -> N
         for line in proc.stdout.splitlines()
         if " error: " in line
     ]
-    assert errors == ["app.py:11:", "app.py:39:"], proc.stdout + proc.stderr
+    marked = [
+        f"app.py:{number}:"
+        for number, line in enumerate(USER_SCRIPT.splitlines(), start=1)
+        if "# error:" in line
+    ]
+    # one line may carry two errors (a misspelt option matches no overload)
+    assert len(marked) == 4 and list(dict.fromkeys(errors)) == marked, proc.stdout + proc.stderr

@@ -46,7 +46,8 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
     commits nothing.
     """
     request = call.request
-    endpoint = f" at {call.adapter.endpoint}" if call.adapter.endpoint else ""
+    # "model 'x' (POST <url>) at flow.kedi:4": one "at", for the call's place in the program.
+    endpoint = f" ({call.adapter.endpoint})" if call.adapter.endpoint else ""
     where = f"model {call.adapter.model_name!r}{endpoint}{at_origin(request)}"
     try:
         yield

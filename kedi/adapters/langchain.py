@@ -30,7 +30,9 @@ what was sent and answered:
   `extra_body`) are set on a copy of the chat model, but only where its class
   declares a field of that name; `effort` goes to its `reasoning_effort`
   field, else `reasoning={"effort": ...}`; `tool_choice` and
-  `parallel_tool_calls` go to `bind_tools`. Everything else is dropped.
+  `parallel_tool_calls` go to `bind_tools`; `timeout` bounds each model
+  request end to end (`anyio.move_on_after`; then a retryable
+  `ProviderError`, "timed out after N s"). Everything else is dropped.
 - **Usage**: summed from each reply's `usage_metadata`; a reply without it is
   estimated with `count_tokens_approximately`.
 - **History processors** (Part B; the adapter's own, then the run's) run
@@ -49,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
+import anyio
 from pydantic import ValidationError
 
 from kedi.adapters._capture_stream import CaptureText, capture_text
@@ -57,6 +60,7 @@ from kedi.adapters._openai_wire import (
     json_text,
     provider_error,
     refused_output_format,
+    seconds,
     string_content_http_client,
 )
 from kedi.adapters._portable import (
@@ -164,6 +168,7 @@ class LangChainAdapter(Adapter):
                 "stop_sequences",
                 "effort",
                 "structured_method",
+                "timeout",
             }
         ),
     )
@@ -247,7 +252,7 @@ class LangChainAdapter(Adapter):
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
             "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
-            "settings": rows["settings"] + " (where the chat model has the field)",
+            "settings": rows["settings"] + " (timeout always; the others where the chat model has the field)",
         }
 
     def check(self, request: CallRequest) -> None:
@@ -516,8 +521,12 @@ class _Turn:
     """Whether the chat model streamed any reply of a structured call."""
     answered: set[str] = field(default_factory=set)
     """The tools that have returned a result in this call (see `ToolOutcome.ran`)."""
+    timeout: float | None = None
+    """Seconds each model request may take, end to end (the `timeout` setting; None: no limit)."""
 
     def __post_init__(self) -> None:
+        timeout = self.request.settings.get("timeout")
+        self.timeout = None if timeout is None else seconds("timeout", timeout)
         self.history = list(self.request.history)
         self.turn = [HumanMessage(self.request.prompt)]
         self.capture = capture_text(self.request.output, self.request.on_delta)
@@ -611,22 +620,21 @@ class _Turn:
         instructions = self.request.instructions
         sent: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
         sent += [message for message in messages if not isinstance(message, SystemMessage)]
-        try:
-            spec = self.request.output
-            if self.request.on_delta is not None and spec is None:
-                answer = await _streamed(runnable, sent, self.request.on_delta)
-            elif self.capture is not None and spec is not None:
-                answer, streamed = await _captured(runnable, sent, self.capture, spec.name)
-                self.streamed = self.streamed or streamed
-            else:
-                answer = await runnable.ainvoke(sent)
-        except Exception as error:  # the chat model's own errors, mapped at this one boundary
-            mapped = _provider_error(error, self.where, self.partial("model"))
-            if self.request.output is not None:
-                mapped = refused_output_format(
-                    mapped, "structured_method", "function_calling, json_mode"
-                )
-            raise mapped from error
+        answer: Any = None
+        # The `timeout` setting bounds the whole request, as on the other adapters.
+        with anyio.move_on_after(self.timeout) as bounded:
+            try:
+                answer = await self._send(runnable, sent)
+            except Exception as error:  # the chat model's own errors, mapped at this one boundary
+                mapped = _provider_error(error, self.where, self.partial("model"))
+                if self.request.output is not None:
+                    mapped = refused_output_format(
+                        mapped, "structured_method", "function_calling, json_mode"
+                    )
+                raise mapped from error
+        if bounded.cancelled_caught:
+            message = f"the request to {self.where} timed out after {self.timeout:g} s"
+            raise ProviderError(message, retryable=True, partial=self.partial("model"))
         reply = answer["raw"] if isinstance(answer, dict) else answer
         if not isinstance(reply, AIMessage):
             raise AdapterError(
@@ -637,6 +645,16 @@ class _Turn:
         self._record(sent, reply)
         self.turn.append(reply)
         return reply
+
+    async def _send(self, runnable: Runnable[Any, Any], sent: list[BaseMessage]) -> Any:
+        spec = self.request.output
+        if self.request.on_delta is not None and spec is None:
+            return await _streamed(runnable, sent, self.request.on_delta)
+        if self.capture is not None and spec is not None:
+            answer, streamed = await _captured(runnable, sent, self.capture, spec.name)
+            self.streamed = self.streamed or streamed
+            return answer
+        return await runnable.ainvoke(sent)
 
     async def _processed(self) -> list[BaseMessage]:
         """History and turn, through the history processor if there is one."""

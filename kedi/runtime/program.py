@@ -16,7 +16,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 from kedi.adapters.base import Adapter, Usage
 from kedi.adapters.resources import run_scope
@@ -57,25 +57,52 @@ class RunResult:
 if TYPE_CHECKING:
     from kedi.runtime.sessions import SessionRecorder
 
-P = ParamSpec("P")
+SyncRun = TypeVar("SyncRun", bound=Callable[..., Any])
 
 
-def _takes_the_options_of(
-    run: Callable[Concatenate[Any, P], Awaitable[Any]],
-) -> Callable[[Callable[..., Any]], Callable[Concatenate[Any, P], Any]]:
-    """Give a sync twin of `run` the options of `run`, for type checkers and `help()`.
+def _takes_the_options_of(run: Callable[..., Awaitable[Any]]) -> Callable[[SyncRun], SyncRun]:
+    """Show `run`'s options in `help()` / `inspect.signature` of its sync twin.
 
-    A misspelt option (`run_sync(modle=...)`) is then a type error, not only a
-    `TypeError` at run time.
+    Type checkers see them through the twin's `RunOptions` overloads.
     """
 
-    def decorate(sync: Callable[..., Any]) -> Callable[Concatenate[Any, P], Any]:
+    def decorate(sync: SyncRun) -> SyncRun:
         sync.__signature__ = inspect.signature(run).replace(  # type: ignore[attr-defined]  # read by inspect.signature
             return_annotation="Any"
         )
         return sync
 
     return decorate
+
+
+class RunOptions(TypedDict, total=False):
+    """The options of `Program.run` and `run_sync` other than `result` (documented on `run`).
+
+    They type the overloads that make `run(..., result=True)` a `RunResult`
+    for type checkers; `run`'s own signature lists the same names (a test
+    keeps the two equal), so a misspelt option is a type error and a
+    `TypeError` at run time.
+    """
+
+    args: Mapping[str, Any] | None
+    adapter: Any
+    model: Any
+    conversation: Conversation | None
+    parallel: Any
+    transcript: str | Path | IO[str] | Callable[[dict[str, Any]], None] | Transcript | None
+    hooks: Sequence[Callable[..., Any]] | None
+    history_processor: Callable[..., Any] | None
+    env: Mapping[str, Any] | None
+    system: str | None
+    effort: str | None
+    settings: Mapping[str, Any] | None
+    quiet: bool
+    body_arguments: Mapping[str, Any] | None
+    run_id: str | None
+    conversation_id: str | None
+    on_delta: Callable[[str], None] | None
+    recorder: SessionRecorder | None
+    adapter_factory: Callable[[Any, Any], Adapter] | None
 
 
 class Program:
@@ -99,6 +126,12 @@ class Program:
 
     def __repr__(self) -> str:
         return f"Program({self.path!r})"
+
+    @overload
+    async def run(self, *, result: Literal[True], **options: Unpack[RunOptions]) -> RunResult: ...
+
+    @overload
+    async def run(self, *, result: bool = False, **options: Unpack[RunOptions]) -> Any: ...
 
     async def run(
         self,
@@ -193,6 +226,12 @@ class Program:
             usage=layer.usage,
             conversation=layer.conversation,
         )
+
+    @overload
+    def run_sync(self, *, result: Literal[True], **options: Unpack[RunOptions]) -> RunResult: ...
+
+    @overload
+    def run_sync(self, *, result: bool = False, **options: Unpack[RunOptions]) -> Any: ...
 
     @_takes_the_options_of(run)
     def run_sync(self, **options: Any) -> Any:

@@ -28,15 +28,18 @@ Strictness decisions (pydantic strict mode, checked against pydantic 2.13):
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import datetime
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from functools import lru_cache
 from inspect import Parameter, Signature
 from types import MappingProxyType, NoneType, UnionType
 from typing import Annotated, Any, Literal, Optional, Union, assert_never, get_args, get_origin
+from uuid import uuid4
 
 from pydantic import (
     BaseModel,
@@ -408,11 +411,55 @@ def build_custom_type(node: CustomType, lookup: Lookup, evaluate: Evaluate) -> t
                 field.name, Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation, default=default
             )
         )
+    recipe = _TypeRecipe(node.name, node.span.path, uuid4().hex, definitions, Signature(parameters))
+    return _built(recipe)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TypeRecipe:
+    """What builds a custom type's class: how its values pickle, by value.
+
+    The class's module is named after the `.kedi` path, which no process can
+    import, so pickle cannot find the class by name: `_pickle_custom_type`
+    pickles this recipe instead, and unpickling rebuilds the class from it (the
+    same class again in a process that still has it, by `token`).
+    """
+
+    name: str
+    module: str
+    token: str
+    """Unique per declaration evaluated: one rebuilt class per type, not per value."""
+    definitions: dict[str, Any]
+    signature: Signature
+
+
+_LIVE_TYPES: weakref.WeakValueDictionary[str, type[BaseModel]] = weakref.WeakValueDictionary()
+"""Custom types of this process by recipe token (an unpickled value gets the class back)."""
+
+
+def _built(recipe: _TypeRecipe) -> type[BaseModel]:
+    """The class of `recipe`: the live one if this process has it, else a new one."""
+    live = _LIVE_TYPES.get(recipe.token)
+    if live is not None:
+        return live
     model: type[BaseModel] = create_model(
-        node.name, __base__=KediModel, __module__=node.span.path, **definitions
+        recipe.name, __base__=KediModel, __module__=recipe.module, **recipe.definitions
     )
-    model.__signature__ = Signature(parameters)
+    model.__signature__ = recipe.signature
+    model.__kedi_recipe__ = recipe  # type: ignore[attr-defined]  # read by _pickle_custom_type
+    _LIVE_TYPES[recipe.token] = model
     return model
+
+
+def _pickle_custom_type(cls: type[BaseModel]) -> str | tuple[Any, ...]:
+    """Pickle a custom type by its recipe; `KediModel` itself (or a Python subclass) by name."""
+    recipe = cls.__dict__.get("__kedi_recipe__")
+    if recipe is None:
+        return cls.__qualname__
+    return (_built, (recipe,))
+
+
+copyreg.pickle(_KediModelMeta, _pickle_custom_type)
 
 
 def _check_field_name(type_name: str, field: FieldDef) -> None:

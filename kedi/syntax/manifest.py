@@ -14,7 +14,6 @@ them in the `kedi.packages` entry point group, so `pip install ./pkg` makes
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,8 +33,22 @@ class Manifest:
     dependencies: tuple[str, ...]
 
 
+_FIELD_EXAMPLES = {
+    "version": "1.2.0",
+    "source": "src/mypkg",
+    "python": "python@3.11-3.13",
+    "author": "Ada Lovelace",
+    "contact": "ada@example.com",
+    "license": "MIT",
+}
+
+
 def read_manifest(package: ast.Package) -> Manifest:
-    """The manifest's fields as text (non-literal values are left out)."""
+    """The manifest's fields as text.
+
+    Only literal text is read: `manifest_problems` refuses any other value
+    (backticks, `<...>`), so a checked manifest loses none of its fields.
+    """
     fields: dict[str, str] = {}
     dependencies: tuple[str, ...] = ()
     for entry in package.config:
@@ -46,8 +59,26 @@ def read_manifest(package: ast.Package) -> Manifest:
     return Manifest(package.name, fields, dependencies)
 
 
+def _non_literal_fields(package: ast.Package) -> Iterator[Diagnostic]:
+    """Spec §6.4: `package.kedi` holds nothing executable, so its values are literal text.
+
+    A package is built and installed without running Kedi or Python, so a value
+    in backticks or `<...>` has nothing to evaluate it: refused, never dropped.
+    """
+    for entry in package.config:
+        if any(not isinstance(segment, ast.Text) for segment in entry.value):
+            example = _FIELD_EXAMPLES.get(entry.key, "plain text")
+            yield Diagnostic(
+                entry.span,
+                f"manifest field `{entry.key}` must be literal text: a package manifest"
+                " is never run, so backticks and `<...>` are not evaluated",
+                f"write the value itself, e.g. `{entry.key}: {example}`",
+            )
+
+
 def manifest_problems(package: ast.Package) -> Iterator[Diagnostic]:
     """Field values a manifest may not hold (keys themselves are checked by `checks.py`)."""
+    yield from _non_literal_fields(package)
     try:
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.version import InvalidVersion, Version
@@ -124,9 +155,9 @@ def pyproject_toml(manifest: Manifest) -> str:
         'build-backend = "hatchling.build"',
         "",
         "[project]",
-        f"name = {json.dumps(name)}",
-        f"version = {json.dumps(manifest.fields.get('version', '0.0.0'))}",
-        f"dependencies = {json.dumps(list(manifest.dependencies))}",
+        f"name = {_toml_string(name)}",
+        f"version = {_toml_string(manifest.fields.get('version', '0.0.0'))}",
+        f"dependencies = {_toml_list(manifest.dependencies)}",
     ]
     python = manifest.fields.get("python")
     bounds = python_bounds(python) if python else None
@@ -136,19 +167,51 @@ def pyproject_toml(manifest: Manifest) -> str:
             f'requires-python = ">={low_major}.{low_minor},<{high_major}.{high_minor + 1}"'
         )
     if "license" in manifest.fields:
-        lines.append(f"license = {{text = {json.dumps(manifest.fields['license'])}}}")
+        lines.append(f"license = {{text = {_toml_string(manifest.fields['license'])}}}")
     lines += _people_and_urls(manifest.fields)
     lines += [
         "",
         '[project.entry-points."kedi.packages"]',
-        f"{name} = {json.dumps(name)}",
+        f"{_toml_string(name)} = {_toml_string(name)}",
         "",
         "# The source directory ships as the import package `name`, .kedi files included.",
         "[tool.hatch.build.targets.wheel.force-include]",
-        f"{json.dumps(source)} = {json.dumps(name)}",
+        f"{_toml_string(source)} = {_toml_string(name)}",
         "",
     ]
     return "\n".join(lines)
+
+
+_TOML_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+_TOML_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string that `tomllib` reads back exactly.
+
+    Quotes, backslashes and control characters are escaped (TOML forbids them
+    raw); everything else, emoji included, is written as itself, since a TOML
+    file is UTF-8. (`json.dumps` is not TOML: it writes characters outside the
+    BMP as surrogate pairs, `\\ud83d\\ude00`, which TOML rejects.)
+    """
+    return '"' + _TOML_NEEDS_ESCAPE.sub(_toml_escape, text) + '"'
+
+
+def _toml_escape(match: re.Match[str]) -> str:
+    char = match[0]
+    return _TOML_ESCAPES.get(char) or f"\\u{ord(char):04X}"
+
+
+def _toml_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(_toml_string(item) for item in items) + "]"
 
 
 def _people_and_urls(fields: dict[str, str]) -> list[str]:
@@ -160,10 +223,10 @@ def _people_and_urls(fields: dict[str, str]) -> list[str]:
     author = fields.get("author")
     contact = fields.get("contact")
     email = contact if contact and "@" in contact and "://" not in contact else None
-    person = [f"name = {json.dumps(author)}"] if author else []
+    person = [f"name = {_toml_string(author)}"] if author else []
     if email:
-        person.append(f"email = {json.dumps(email)}")
+        person.append(f"email = {_toml_string(email)}")
     lines = [f"authors = [{{{', '.join(person)}}}]"] if person else []
     if contact and not email:
-        lines += ["", "[project.urls]", f"Contact = {json.dumps(contact)}"]
+        lines += ["", "[project.urls]", f"Contact = {_toml_string(contact)}"]
     return lines

@@ -132,8 +132,11 @@ def test_pydantic_404_names_the_endpoint_and_asks_about_v1(
         run(">> Hi.", adapter="pydantic", model="openai:local")
 
     assert isinstance(caught.value.original, ModelNotFoundError)  # type: ignore[attr-defined]
-    assert f"POST {root}/chat/completions" in str(caught.value)
-    assert "is `/v1` missing" in str(caught.value)
+    # One "at", for the call's place in the program; the endpoint in parentheses.
+    assert str(caught.value.original) == (  # type: ignore[attr-defined]
+        f"model 'openai:local' (POST {root}/chat/completions) at <string>:1 failed: "
+        "{'detail': 'Not Found'}; is `/v1` missing from the base URL?"
+    )
 
 
 def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_content(

@@ -95,6 +95,23 @@ class Plain(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage("plain"))])
 
 
+class Slow(BaseChatModel):
+    """Answers after `delay` seconds (a provider that hangs)."""
+
+    delay: float = 30.0
+
+    @property
+    def _llm_type(self) -> str:
+        return "slow"
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        raise NotImplementedError("kedi calls the chat model's async methods")
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        await anyio.sleep(self.delay)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("late"))])
+
+
 CITY = spec(city=(str, ...), population=(int, ...))
 
 
@@ -408,6 +425,31 @@ async def test_settings_go_to_the_chat_models_own_fields() -> None:
     assert (
         model.temperature is None and model.bound[1]["temperature"] is None
     )  # the original is untouched
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_the_timeout_setting_bounds_a_model_request(streamed: bool) -> None:
+    """`> settings: timeout` bounds the call as on the openai and pydantic adapters."""
+    on_delta = [].append if streamed else None
+    started = anyio.current_time()
+    with pytest.raises(ProviderError) as caught:
+        await LangChainAdapter(Slow()).request(
+            call("Hi", settings={"timeout": 0.2}, origin="flow.kedi:4", on_delta=on_delta)
+        )
+    assert anyio.current_time() - started < 5
+    assert str(caught.value) == (
+        "the request to chat model 'slow' at flow.kedi:4 timed out after 0.2 s"
+    )
+    assert caught.value.retryable
+    assert (await LangChainAdapter(Slow(delay=0)).request(call("Hi", settings={"timeout": 5}))).value == "late"
+    with pytest.raises(KediConfigError, match="timeout setting must be a number of seconds > 0, not 'soon'"):
+        await LangChainAdapter(Slow()).request(call("Hi", settings={"timeout": "soon"}))
+
+
+def test_a_program_timeout_setting_reaches_the_langchain_adapter() -> None:
+    program = kedi.compile("> settings:\n    timeout: 0.2\n[reply] << Hi\n= <reply>", path="flow.kedi")
+    with pytest.raises(ProviderError, match=r"flow.kedi:3 timed out after 0\.2 s"):
+        program.run_sync(adapter=LangChainAdapter(Slow()))
 
 
 async def test_models_without_tools_are_refused_before_any_request() -> None:
