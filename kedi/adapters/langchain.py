@@ -252,7 +252,8 @@ class LangChainAdapter(Adapter):
             "tools": "yes, where the chat model implements bind_tools (kedi runs the loop)",
             "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
-            "settings": rows["settings"] + " (timeout always; the others where the chat model has the field)",
+            "settings": rows["settings"]
+            + " (timeout always; the others where the chat model has the field)",
         }
 
     def check(self, request: CallRequest) -> None:

@@ -441,13 +441,19 @@ async def test_the_timeout_setting_bounds_a_model_request(streamed: bool) -> Non
         "the request to chat model 'slow' at flow.kedi:4 timed out after 0.2 s"
     )
     assert caught.value.retryable
-    assert (await LangChainAdapter(Slow(delay=0)).request(call("Hi", settings={"timeout": 5}))).value == "late"
-    with pytest.raises(KediConfigError, match="timeout setting must be a number of seconds > 0, not 'soon'"):
+    assert (
+        await LangChainAdapter(Slow(delay=0)).request(call("Hi", settings={"timeout": 5}))
+    ).value == "late"
+    with pytest.raises(
+        KediConfigError, match="timeout setting must be a number of seconds > 0, not 'soon'"
+    ):
         await LangChainAdapter(Slow()).request(call("Hi", settings={"timeout": "soon"}))
 
 
 def test_a_program_timeout_setting_reaches_the_langchain_adapter() -> None:
-    program = kedi.compile("> settings:\n    timeout: 0.2\n[reply] << Hi\n= <reply>", path="flow.kedi")
+    program = kedi.compile(
+        "> settings:\n    timeout: 0.2\n[reply] << Hi\n= <reply>", path="flow.kedi"
+    )
     with pytest.raises(ProviderError, match=r"flow.kedi:3 timed out after 0\.2 s"):
         program.run_sync(adapter=LangChainAdapter(Slow()))
 
