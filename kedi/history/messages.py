@@ -523,7 +523,7 @@ def interrupted_result(call: ToolCall, *, run_id: str = "", conversation_id: str
     # validating each result (which was two thirds of `normalize_history`).
     # The copy has what validation would give it (tests compare the two).
     result = Message.__new__(Message)
-    fields = _UNSTAMPED_INTERRUPTED.__dict__.copy()
+    fields = (_unstamped_fields or _untracked_unstamped_fields()).copy()
     fields["tool_call_id"] = call.id
     fields["tool_name"] = call.name
     object.__setattr__(result, "__dict__", fields)
@@ -543,6 +543,64 @@ _UNSTAMPED_INTERRUPTED = Message(
     conversation_id="",
 )
 """What `interrupted_result` copies for an unstamped result (built as the stamped path builds one)."""
+
+_unstamped_fields: dict[str, Any] = {}
+"""The field dict of `_UNSTAMPED_INTERRUPTED`, outside the cyclic collector; made on first use."""
+
+
+def _untracked_unstamped_fields() -> dict[str, Any]:
+    """Make `_unstamped_fields`: the template's fields in a dict whose copies are small and unscanned.
+
+    Each synthesized result is a `Message` and a copy of this dict, so the
+    dict decides two costs of a repair that closes many calls:
+
+    - *Size.* A copy of an ordinary dict copies its key table too: 272
+      bytes here, three quarters of a result. This one is made from the
+      attributes of an instance of `_FieldsHolder`, whose key table all its
+      instances share, so it and its copies hold only their values (152
+      bytes): in CPython an instance's values array has room for the shared
+      table's keys plus its spare slots, and each instance made takes one
+      spare slot off (down to one), hence the instances made below.
+    - *The cyclic collector.* CPython's collector scans every young
+      container, and a dict holding a list is one, even the shared empty
+      ones (`_EmptyList`): so each result was two objects to scan, and each
+      scan of the dict read the call's id and name, which lie in the
+      history's memory (out of the memory cache in a long one:
+      bench/README.md, "Repair scaling"). A dict copy keeps its source's
+      tracking, so copies of this untracked dict stay outside the collector
+      until a container is stored in one, when CPython tracks the copy again
+      (`model_copy(update=...)` with new parts, say). Leaving them out is
+      safe: such a dict holds strings, a bool and the shared empty lists,
+      which hold nothing, so it is never part of a reference cycle. Python
+      has no call for this; CPython's C one is reached via ctypes, imported
+      here rather than at start-up (about 2 ms).
+
+    Elsewhere than CPython 3.11, the copies may be as large and tracked as
+    before; they are equal either way (tests compare them with validation).
+    """
+    global _unstamped_fields
+    holder = _FieldsHolder()
+    for name, value in _UNSTAMPED_INTERRUPTED.__dict__.items():
+        setattr(holder, name, value)
+    for _ in range(_FieldsHolder.SPARE_SLOTS):
+        _FieldsHolder()  # each takes a spare slot off the shared key table
+    fields = vars(holder)
+    if sys.implementation.name == "cpython":
+        try:
+            import ctypes
+
+            ctypes.pythonapi.PyObject_GC_UnTrack(ctypes.py_object(fields))
+        except (ImportError, AttributeError, OSError):  # a build without ctypes or its C API
+            pass
+    _unstamped_fields = fields
+    return fields
+
+
+class _FieldsHolder:
+    """Its instances' attributes give `_untracked_unstamped_fields` a dict on a shared key table."""
+
+    SPARE_SLOTS = 32
+    """Instances to make after the keys are in: CPython 3.11 starts a shared table with 30 slots."""
 
 
 def _check_history(history: object) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +363,25 @@ def test_an_unstamped_interrupted_result_is_what_validation_builds(name: str) ->
     for clone in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
         assert clone == result
     assert Message.model_validate(result.to_json_dict()) == result
+
+
+def test_synthesized_results_are_small_and_outside_the_cyclic_collector() -> None:
+    # Repair may synthesize one result per call left open: each is a copy of
+    # a template field dict on a shared key table, which CPython's collector
+    # does not scan (see `_untracked_unstamped_fields`).
+    result = interrupted_result(ToolCall(id="c1", name="lookup"))
+    validated = Message(
+        role="tool", content=INTERRUPTED_RESULT, tool_call_id="c1", tool_name="lookup"
+    )
+    if sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11):
+        assert not gc.is_tracked(vars(result))
+        assert sys.getsizeof(vars(result)) < 0.6 * sys.getsizeof(vars(validated))
+    # Storing a container in a copy makes CPython track it again, so the
+    # collector still sees whatever a changed copy refers to.
+    changed = result.model_copy(update={"parts": [Part(kind="image", url="https://x.test/a.png")]})
+    assert gc.is_tracked(vars(changed))
+    assert changed.parts[0].url == "https://x.test/a.png" and result.parts == []
+    assert result.model_copy(update={"content": "other"}).content == "other"
 
 
 def test_as_messages_accepts_messages_and_dicts_without_mutating() -> None:
