@@ -116,7 +116,6 @@ class _Pairing:
         "_answered",
         "_below",
         "_old",
-        "_opened",
         "_opened_at",
         "_slot",
         "_young",
@@ -140,9 +139,7 @@ class _Pairing:
         # Per opened call, in compact arrays (no object per entry): its
         # message's position among the walked ones, where the call is in that
         # message's summary, the open call with the same id under it (-1 if
-        # none), and whether a result answered it. The arrays hold room for
-        # more calls than `_opened` (see `_grow`).
-        self._opened = 0
+        # none), and whether a result answered it.
         self._opened_at = array("q")
         self._slot = array("q")
         self._below = array("q")
@@ -181,32 +178,16 @@ class _Pairing:
             young = self._young
             for index in range(0, len(summary), 3):
                 call_id = summary[index]
-                opened = self._opened
-                if opened == len(self._answered):
-                    self._grow()
-                self._below[opened] = young.get(call_id, -1)
-                young[call_id] = opened
-                self._opened_at[opened] = at
-                self._slot[opened] = index + 2
-                self._opened = opened + 1
+                self._below.append(young.get(call_id, -1))
+                young[call_id] = len(self._opened_at)
+                self._opened_at.append(at)
+                self._slot.append(index + 2)
+                self._answered.append(0)
                 self.open += 1
                 if summary[index + 1]:
                     self.report.truncated.append(call_id)
             if len(young) > self._YOUNG_LIMIT:
                 self._age()
-
-    def _grow(self) -> None:
-        """Double the room in the per-call arrays (their unused items are 0).
-
-        Appending one item at a time, an array grows by a sixteenth when full,
-        so it is copied about sixteen times its final length in all; at 100k
-        messages those copies are megabytes out of the memory cache.
-        """
-        more = max(len(self._answered), 64)
-        zeros = bytes(8 * more)
-        for numbers in (self._opened_at, self._slot, self._below):
-            numbers.frombytes(zeros)
-        self._answered += zeros[:more]
 
     def _age(self) -> None:
         """Move the young map's calls into the old map, above the old calls with the same ids."""
@@ -239,17 +220,15 @@ class _Pairing:
         # The results first, so no new list of history length is alive (and
         # walked by the collector) while they are made; their lists grow as
         # they are made, so each collection meanwhile walks only the results
-        # made so far. The array is made at its final length instead (grown
-        # item by item it would be copied about sixteen times, see `_grow`).
+        # made so far. The array is made at its final length instead: grown
+        # item by item, an array is copied about sixteen times its length.
         count = self.open
         results: list[Message] = []
         ids: list[str] = []
         after = array("q", bytes(8 * count))  # the walked position each result follows
         opened_at, slot, answered = self._opened_at, self._slot, self._answered
         position = -1
-        # The open calls, in history order: the first `count` zeros (the unused
-        # room in `answered`, after the opened calls, is zeros too).
-        for number in range(count):
+        for number in range(count):  # the open calls, in history order
             position = answered.find(0, position + 1)
             at = opened_at[position]
             call = walked[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
