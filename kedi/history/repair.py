@@ -207,8 +207,8 @@ class _Pairing:
     def finish(self, walked: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
         """End the walk of `walked`: the repaired history (a new list) and the report."""
         repaired, closed_ids = self.closed(walked)
-        self.report.synthesized.extend(closed_ids)
-        return repaired, self.report
+        report = self.report
+        return repaired, HistoryRepair(closed_ids, report.dropped, report.truncated)
 
     def closed(self, walked: Sequence[Message]) -> tuple[list[Message], list[str]]:
         """`walked` (the messages walked, in order) repaired, and the ids of the calls closed.
@@ -218,19 +218,23 @@ class _Pairing:
         nothing, so a growing history can be closed again after more messages.
         """
         # The results first, so no new list of history length is alive (and
-        # walked by the collector) while they are made.
+        # walked by the collector) while they are made; their lists grow as
+        # they are made, so each collection meanwhile walks only the results
+        # made so far. The array is made at its final length instead: grown
+        # item by item, an array is copied about sixteen times its length.
+        count = self.open
         results: list[Message] = []
         ids: list[str] = []
-        after = array("q")  # the walked position each result follows
+        after = array("q", bytes(8 * count))  # the walked position each result follows
         opened_at, slot, answered = self._opened_at, self._slot, self._answered
-        position = answered.find(0) if self.open else -1
-        while position >= 0:  # the open calls, in history order
+        position = -1
+        for number in range(count):  # the open calls, in history order
+            position = answered.find(0, position + 1)
             at = opened_at[position]
             call = walked[at]._pairing[slot[position]]  # type: ignore[attr-defined]  # add() set it
             results.append(interrupted_result(call))
             ids.append(call.id)
-            after.append(at)
-            position = answered.find(0, position + 1)
+            after[number] = at
         repaired: list[Message] = []
         dropped = self.dropped_at
         copied = 0  # walked[:copied] is in `repaired` already, or dropped
