@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kedi.errors import KediError, KediUsageError
+from kedi.errors import KediError, KediExecutionError, KediUsageError
 from kedi.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -152,6 +152,9 @@ def resume_arguments(program_args: Sequence[str], **model_options: str | None) -
 
 
 def _first_line(error: BaseException) -> str:
+    if isinstance(error, KediExecutionError) and error.original is not None:
+        # its str is the whole rendered stack trace; what failed is the original error
+        error = error.original
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -160,6 +163,10 @@ _LOCATION = re.compile(r"([^\s:]+\.kedi:\d+)")
 
 
 def _origin_of(error: BaseException) -> str:
+    if isinstance(error, KediExecutionError):
+        spans = [frame.span for frame in error.frames if frame.span is not None]
+        if spans:  # the innermost .kedi line, the one the trace points at
+            return f"{spans[-1].path}:{spans[-1].line}"
     found = _LOCATION.search(error.render() if isinstance(error, KediError) else str(error))
     return found.group(1) if found else ""
 
