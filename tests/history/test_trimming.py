@@ -243,7 +243,6 @@ def test_a_run_names_trim_and_budget_processors_by_their_call() -> None:
             args={"message": "a long message " * 30},
             history_processor=budget_history(estimate_tokens, 5),
         )
-    assert "history processor budget_history(5) failed: HistoryError: budget_history: the last " in str(
-        caught.value
-    )
+    expected = "history processor budget_history(5) failed: HistoryError: budget_history: the last"
+    assert expected in str(caught.value)
     assert trim_history(4).__qualname__ == "trim_history(4)"
