@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import anyio.lowlevel
+
 from kedi.adapters import create_adapter
 from kedi.adapters.base import (
     Adapter,
@@ -357,6 +359,9 @@ class CallLayer:
         else:
             async with self.limiter:
                 result = await adapter.request(request)
+        # A call that outlived its cancel scope (a tool blocking in its thread past the
+        # deadline) must not commit: a cancelled call commits nothing, store or lane.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         self.added.extend(result.new_messages)
         self.usage += result.usage
         return result
