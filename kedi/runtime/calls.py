@@ -242,7 +242,9 @@ class CallLayer:
         if history.compaction_mode == "native":
             raise CapabilityError(
                 f"`compaction_mode: native` is not available for adapter {adapter.shortname!r} "
-                f"model {adapter.model_name!r}; kedi never substitutes a summarizer"
+                f"model {adapter.model_name!r}; kedi never substitutes a summarizer: remove it "
+                "from `> history:` (or write `compaction_mode: disabled`) and bound the history "
+                "with `max_messages: N` or `max_tokens: N` instead"
             )
         plan = AgentPlan(
             adapter=adapter,
