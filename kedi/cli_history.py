@@ -136,8 +136,12 @@ class RunSession:
             "-c SOURCE" if self.program_label == "<command>" else shlex.quote(self.program_label)
         )
         command = shlex.join(["--resume", self.session.name or self.session.id, *rerun])
+        # A partial exists only when a model call completed something before it failed;
+        # a program error (or a call that completed nothing) leaves the finished calls.
+        partial = bool(failure and failure.get("messages"))
+        kept = "its partial is stored" if partial else "its completed calls are stored"
         return redact_text(
-            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
+            f"kedi: run stopped{' at ' + where if where else ''}{stage}; {kept}. "
             f"Resume with: kedi run {program} {command}"
         )
 
