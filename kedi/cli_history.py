@@ -431,7 +431,8 @@ def _show_text(
         [
             "\n"
             + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-            + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+            + f" at {run.failure.get('origin', '')}: "
+            + str(run.failure.get("error", "")).translate(_SHOWN_CONTROLS)
             for run in runs
             if run.failure
         ]
@@ -477,7 +478,7 @@ def _message_lines(
         out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
         return
     role = str(message["role"])
-    text = str(message.get("content", ""))
+    text = str(message.get("content", "")).translate(_SHOWN_CONTROLS)
     out.append(f"  {role_style(role)}: {text}" if text else f"  {role_style(role)}:")
     for call in message.get("toolCalls", ()):
         out.append(
@@ -486,7 +487,16 @@ def _message_lines(
             + f"({json.dumps(call.get('args'), ensure_ascii=False)})"
         )
     if role == "tool" and message.get("toolName"):
-        out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
+        name = str(message["toolName"]).translate(_SHOWN_CONTROLS)
+        out[-1] += f"  [{name}{', failed' if message.get('failed') else ''}]"
+
+
+_SHOWN_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code not in (9, 10)
+}
+"""Control characters of stored text, shown escaped (`\\x1b`): a model's reply holding
+escape sequences must not restyle, retitle or write the clipboard of the terminal that
+`kedi history show` prints to (click strips only colour codes, and only from pipes)."""
 
 
 def _turn_json(turn: TurnRecord) -> dict[str, Any]:
