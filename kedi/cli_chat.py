@@ -9,6 +9,9 @@ starting with `/` are commands:
 - `/save NAME` stores the conversation in the history store as the session
   NAME (`kedi history show NAME`), one turn per prompt and its replies; a
   NAME ending in `.json` writes that file instead (`Conversation.save`).
+  Either way every turn of the chat is saved: `max_messages` bounds what is
+  sent, and the lane it rewrites holds only that window, so the chat keeps
+  its turns itself.
 
 The prompt (`you> `) is shown only when input is a terminal, so piping lines
 in prints just the replies, one per turn. A failed turn prints its error and
@@ -59,7 +62,9 @@ def chat_loop(
     program = chat_program(max_messages)
     conversation = Conversation()
     usages: list[Usage] = []
-    """Each kept turn's token counts, oldest first (for `/save`)."""
+    """Each turn's token counts, oldest first (for `/save`)."""
+    turns: dict[LaneKey, list[Any]] = {}
+    """Every turn's messages by lane, oldest first (for `/save`): the lane keeps only the window."""
     adapter, model = run_options.pop("adapter", None), run_options.pop("model", None)
     if adapter is not None or model is not None:
         # One adapter for the whole chat: a `script:` model's replies run on from turn to turn.
@@ -82,10 +87,10 @@ def chat_loop(
             if command == "/exit":
                 return
             if command == "/reset":
-                conversation, usages = Conversation(), []
+                conversation, usages, turns = Conversation(), [], {}
                 notice("(new conversation)")
             elif command == "/save" and argument.strip():
-                _save(conversation, usages, argument.strip(), notice)
+                _save(_whole_chat(conversation, turns), usages, argument.strip(), notice)
             else:
                 notice(f"unknown command {text!r}; {HELP}")
             continue
@@ -97,8 +102,27 @@ def chat_loop(
             notice(_turn_failure(error))
             continue
         usages.append(ran.usage)
+        _keep_turn(conversation, ran.messages, turns)
         write(f"{ran.value}\n")
         run_options["quiet"] = True  # notices (such as the offline one) once per chat, not per turn
+
+
+def _keep_turn(conversation: Conversation, added: Any, turns: dict[LaneKey, list[Any]]) -> None:
+    """Add a turn's messages to `turns`, under the lane it committed to (the one ending with them)."""
+    if not added:
+        return
+    for key, lane in conversation.lanes.items():
+        if len(lane) and lane.messages[-1] is added[-1]:
+            turns.setdefault(key, []).extend(added)
+            return
+
+
+def _whole_chat(conversation: Conversation, turns: dict[LaneKey, list[Any]]) -> Conversation:
+    """The conversation with every turn of the chat, not just the `max_messages` window."""
+    whole = Conversation(conversation.conversation_id)
+    for key, messages in turns.items():
+        whole.lane(key).seed(messages)
+    return whole
 
 
 def _turn_failure(error: KediError) -> str:
@@ -130,9 +154,8 @@ def _store_session(conversation: Conversation, usages: list[Usage], name: str) -
     """Store the chat as the session `name`: one turn per prompt (a user message) and what follows.
 
     The session names the adapter and model of its lane, as a recorded run
-    does; each turn carries its token counts (`usages`, one per chat turn: a
-    lane trimmed to `max_messages` keeps the latest turns, so they pair up from
-    the end; a native lane, stored as one turn, gets their sum).
+    does; each turn carries its token counts (`usages`, one per chat turn, so
+    they pair up from the end; a native lane, stored as one turn, gets their sum).
     """
     from kedi.history.lanes import PORTABLE
     from kedi.history.persistence import dump_lane_messages

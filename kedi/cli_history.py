@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kedi.errors import KediError, KediUsageError
+from kedi.errors import KediError, KediExecutionError, KediUsageError
 from kedi.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -136,8 +136,12 @@ class RunSession:
             "-c SOURCE" if self.program_label == "<command>" else shlex.quote(self.program_label)
         )
         command = shlex.join(["--resume", self.session.name or self.session.id, *rerun])
+        # A partial exists only when a model call completed something before it failed;
+        # a program error (or a call that completed nothing) leaves the finished calls.
+        partial = bool(failure and failure.get("messages"))
+        kept = "its partial is stored" if partial else "its completed calls are stored"
         return redact_text(
-            f"kedi: run stopped{' at ' + where if where else ''}{stage}; its partial is stored. "
+            f"kedi: run stopped{' at ' + where if where else ''}{stage}; {kept}. "
             f"Resume with: kedi run {program} {command}"
         )
 
@@ -152,6 +156,9 @@ def resume_arguments(program_args: Sequence[str], **model_options: str | None) -
 
 
 def _first_line(error: BaseException) -> str:
+    if isinstance(error, KediExecutionError) and error.original is not None:
+        # its str is the whole rendered stack trace; what failed is the original error
+        error = error.original
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -160,6 +167,10 @@ _LOCATION = re.compile(r"([^\s:]+\.kedi:\d+)")
 
 
 def _origin_of(error: BaseException) -> str:
+    if isinstance(error, KediExecutionError):
+        spans = [frame.span for frame in error.frames if frame.span is not None]
+        if spans:  # the innermost .kedi line, the one the trace points at
+            return f"{spans[-1].path}:{spans[-1].line}"
     found = _LOCATION.search(error.render() if isinstance(error, KediError) else str(error))
     return found.group(1) if found else ""
 
@@ -420,7 +431,8 @@ def _show_text(
         [
             "\n"
             + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-            + f" at {run.failure.get('origin', '')}: {run.failure.get('error', '')}"
+            + f" at {run.failure.get('origin', '')}: "
+            + str(run.failure.get("error", "")).translate(_SHOWN_CONTROLS)
             for run in runs
             if run.failure
         ]
@@ -466,7 +478,7 @@ def _message_lines(
         out.append(f"  {json.dumps(message, ensure_ascii=False)[:500]}")
         return
     role = str(message["role"])
-    text = str(message.get("content", ""))
+    text = str(message.get("content", "")).translate(_SHOWN_CONTROLS)
     out.append(f"  {role_style(role)}: {text}" if text else f"  {role_style(role)}:")
     for call in message.get("toolCalls", ()):
         out.append(
@@ -475,7 +487,16 @@ def _message_lines(
             + f"({json.dumps(call.get('args'), ensure_ascii=False)})"
         )
     if role == "tool" and message.get("toolName"):
-        out[-1] += f"  [{message['toolName']}{', failed' if message.get('failed') else ''}]"
+        name = str(message["toolName"]).translate(_SHOWN_CONTROLS)
+        out[-1] += f"  [{name}{', failed' if message.get('failed') else ''}]"
+
+
+_SHOWN_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code not in (9, 10)
+}
+"""Control characters of stored text, shown escaped (`\\x1b`): a model's reply holding
+escape sequences must not restyle, retitle or write the clipboard of the terminal that
+`kedi history show` prints to (click strips only colour codes, and only from pipes)."""
 
 
 def _turn_json(turn: TurnRecord) -> dict[str, Any]:

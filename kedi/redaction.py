@@ -7,8 +7,8 @@ messages, reprs, logs) passes through `redact` (JSON-like values) or
 
 - at any depth, the scalar value under a key that names a secret:
   `authorization`, `proxy-authorization`, `api-key`, `x-api-key`, `cookie`,
-  and any key ending in `key`, `token`, `secret`, `password` or `credential(s)` (case and
-  `-`/`_` ignored: `apiKey`, `x-api-key`, `openai_api_key`). A container under
+  and any key ending in `key`, `token`, `secret`, `password`, `credential(s)` or `auth`
+  (case and `-`/`_` ignored: `apiKey`, `x-api-key`, `openai_api_key`, `X-Custom-Auth`). A container under
   such a key is walked, not blanked, so a JSON schema with a `token` property
   stays readable;
 - bearer and basic credentials in text (`Bearer sk-...`), and token-shaped
@@ -45,7 +45,7 @@ MASK = "***"
 
 _SECRET_KEY = re.compile(
     r"^(?:authorization|proxyauthorization|apikey|xapikey|cookie|setcookie)$"
-    r"|(?:key|token|secret|password|credentials?)$"
+    r"|(?:key|token|secret|password|credentials?|auth)$"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]+")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
@@ -261,7 +261,7 @@ def _json_spellings(spellings: tuple[str, ...]) -> tuple[str, ...]:
 
 _SECRET_KEY_ENDS = tuple(
     f'{word}":'
-    for word in ("key", "token", "secret", "password", "credential", "credentials")
+    for word in ("key", "token", "secret", "password", "credential", "credentials", "auth")
     + ("authorization", "cookie")
 )
 """How a key that may name a secret ends in compact JSON text, lowercased, `-` and `_` left out:

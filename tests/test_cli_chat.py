@@ -107,6 +107,21 @@ def test_history_is_bounded_by_max_messages() -> None:
     assert seen == [["1"], ["1", "2"], ["2", "3"], ["3", "4"]]
 
 
+def test_save_keeps_every_turn_not_just_the_max_messages_window(tmp_path: Path) -> None:
+    # The bound rewrites the lane to its window, so a 6-turn chat under --max-messages 4
+    # was saved (file and session) as its last 2 turns.
+    saved = tmp_path / "chat.json"
+    lines = "".join(f"turn {n}\n" for n in range(1, 7))
+    result = chat(f"{lines}/save {saved}\n/save talk\n", "--max-messages", "4")
+    assert result.exit_code == 0, result.output
+    loaded = kedi.Conversation.load(saved)
+    assert [m.content for m in loaded.messages() if m.role == "user"] == [
+        f"turn {n}" for n in range(1, 7)
+    ]
+    shown = json.loads(CliRunner().invoke(main, ["history", "show", "talk", "--json"]).stdout)
+    assert len(shown["turns"]) == 6  # one turn per prompt, all of them
+
+
 def test_piping_stdin_into_the_command(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "kedi", "chat", "--max-messages", "4"],

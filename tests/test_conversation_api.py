@@ -232,6 +232,40 @@ def test_a_call_cancelled_by_its_own_timeout_commits_nothing(script: Any) -> Non
     assert inner.remaining == 1  # the third call, after the failure in source order, was never sent
 
 
+def test_a_call_whose_tool_blocks_past_the_cancel_deadline_commits_nothing(script: Any) -> None:
+    # A sync tool runs in a thread that cancellation waits for; when it returned, the call
+    # went on, committed its turn after the deadline and the cancel was lost.
+    import time
+
+    def slow(q: str) -> str:
+        """Look q up slowly."""
+        time.sleep(0.6)
+        return "found " + q
+
+    adapter = script(
+        [{"tool_calls": [{"name": "slow", "args": {"q": "x"}, "id": "c1"}]}, "late", "next"]
+    )
+    program = kedi.compile(
+        "> history: enabled\n> use: slow\n[a] << <`args.m`>\n= <a>", known_globals=["slow"]
+    )
+    conversation = kedi.Conversation()
+
+    async def main() -> bool:
+        with anyio.move_on_after(0.2) as scope:
+            await program.run(
+                args={"m": "go"}, adapter=adapter, env={"slow": slow}, conversation=conversation
+            )
+        return scope.cancelled_caught
+
+    assert anyio.run(main) is True
+    lane = next(iter(conversation.lanes.values()))
+    assert len(lane) == 0 and not lane.busy
+    ran = program.run_sync(
+        args={"m": "again"}, adapter=adapter, env={"slow": slow}, conversation=conversation
+    )
+    assert ran == "next" and contents(lane.messages) == ["again", "next"]
+
+
 @pytest.mark.parametrize("seed", range(15))
 def test_parallel_calls_with_random_latency_commit_in_source_order(script: Any, seed: int) -> None:
     rng = random.Random(seed)

@@ -109,6 +109,23 @@ def test_a_run_that_fails_before_any_model_call_leaves_no_session(tmp_path: Path
     assert [s["name"] for s in sessions()] == ["mine"]
 
 
+def test_a_run_failing_outside_a_model_call_names_its_line_and_error(tmp_path: Path) -> None:
+    # `history show` said "run 1 failed at : KediNameError: Kedi stack trace" (the first
+    # line of the rendered trace, no location) and the resume line had no "at" either.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("> history: enabled\n[a] << first\n[b] << <`undefined_name`>\n= <b>\n")
+    failed = kedi("run", str(flow), "--session", "typo")
+    assert failed.returncode == 1
+    # no model call failed, so there is no partial: the completed first call is what is kept
+    assert f"kedi: run stopped at {flow}:3; its completed calls are stored." in failed.stderr
+    shown = kedi("history", "show", "typo")
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"run 1 failed at {flow}:3: NameError: name 'undefined_name' is not defined"
+        in shown.stdout
+    )
+
+
 def test_show_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
     # `kedi history show a | head -1`: printing failed while the reader of the turns was
     # open, and that reader was closed after the store ("Exception ignored ... Traceback").

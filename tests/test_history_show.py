@@ -126,9 +126,9 @@ def test_show_prints_roles_tool_calls_captures_usage_and_the_failed_run(store_fi
         "  assistant: It is sunny.",
         '  captures forecast="sunny", degrees=21',
         "",
-        # a model's escape codes are stripped from piped output, as click does for any text
+        # a model's escape codes are shown escaped, never sent to the terminal
         f"turn 2 run 1  flow.kedi:5  lane {portable}  (no history)  tokens 0→0",
-        "  user: red text",
+        "  user: \\x1b[31mred\\x1b[0m text",
         "",
         f"turn 3 run 1  flow.kedi:7  lane {native}  tokens 0→0",
         f"  {json.dumps(NATIVE_TURN[0])}",
@@ -143,8 +143,40 @@ def test_lane_filter_and_colour(store_file: Path) -> None:
         "turn 3 " in native_only and "turn 1 " not in native_only and "turn 2 " not in native_only
     )
     coloured = show("trip", color=True)
-    assert "\x1b[36m\x1b[1mturn 1\x1b[0m" in coloured and "\x1b[31mred\x1b[0m text" in coloured
+    assert "\x1b[36m\x1b[1mturn 1\x1b[0m" in coloured and "\x1b[31mred" not in coloured
     assert "\x1b" not in show("trip")
+
+
+def test_a_models_escape_sequences_never_reach_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a terminal a stored reply's escapes went out raw (an OSC sequence retitles the
+    # terminal or writes its clipboard; cursor moves can hide earlier turns), and piped
+    # output kept the OSC ones (click strips colour codes only).
+    path = tmp_path / "history.db"
+    monkeypatch.setenv("KEDI_HISTORY", str(path))
+    with opened(path) as store:
+        session = store.create_session(name="evil", program="flow.kedi", model="offline")
+        run = store.begin_run(session.id, program="flow.kedi")
+        reply = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[1A\x1b[2K\x9b done"
+        store.commit_turn(
+            TurnRecord(
+                session_id=session.id,
+                run_no=run,
+                lane=PORTABLE_LANE,
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": reply},
+                ],
+            )
+        )
+        store.finish_run(session.id, run, "failed", failure={"error": "Bad: \x1b]0;title\x07"})
+    for color in (True, False):
+        shown = show("evil", color=color)
+        assert "\x07" not in shown and "\x9b" not in shown and "\x1b]" not in shown
+        assert "\x1b[1A" not in shown and "\x1b[2K" not in shown
+        assert ": ok\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[1A\\x1b[2K\\x9b done" in shown
+        assert "Bad: \\x1b]0;title\\x07" in shown
 
 
 @pytest.mark.parametrize("as_json", [(), ("--json",)])

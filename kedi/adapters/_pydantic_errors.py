@@ -20,6 +20,7 @@ from kedi.errors import (
     AdapterError,
     AuthenticationError,
     ContextLengthError,
+    KediError,
     ModelNotFoundError,
     OutputValidationError,
     ProviderError,
@@ -97,6 +98,16 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
     except pai.AgentRunError as error:
         raise AdapterError(
             f"{where} failed: {error}", partial=call.partial("model", captured)
+        ) from error
+    except KediError:
+        raise  # kedi's own (a history processor's, a usage error) already say what failed
+    except Exception as error:
+        # The model's own error (a custom or FunctionModel raising, a transport error
+        # Pydantic AI does not wrap): it lost the call's partial and its location. The
+        # LangChain adapter maps its chat model's errors the same way.
+        raise ProviderError(
+            f"{where} failed: {type(error).__name__}: {error}",
+            partial=call.partial("model", captured),
         ) from error
 
 

@@ -56,10 +56,14 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def canonical_json(value: Any) -> str:
+    """JSON-like data as the one compact text `canonical_digest` hashes."""
+    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), default=repr)
+
+
 def canonical_digest(value: Any) -> str:
     """A stable short digest of JSON-like data (sorted keys, normalised numbers)."""
-    text = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
 class MessageFormat(Protocol):

@@ -99,6 +99,7 @@ def trim_history(max_messages: int) -> Processor:
             )
         return history[start:]
 
+    trim.__qualname__ = f"trim_history({limit})"  # how a processor error names it
     return trim
 
 
@@ -152,10 +153,11 @@ def budget_history(counter: TokenCounter | None, max_tokens: int) -> Processor:
             if len(window) == 1:
                 raise HistoryError(
                     f"budget_history: the last message alone needs {tokens} tokens, "
-                    f"over the budget of {budget}"
+                    f"over the budget of {budget}; raise max_tokens or shorten that message"
                 )
             start += 1
 
+    budget_trim.__qualname__ = f"budget_history({budget})"  # how a processor error names it
     return budget_trim
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import anyio.lowlevel
+
 from kedi.adapters import create_adapter
 from kedi.adapters.base import (
     Adapter,
@@ -240,7 +242,9 @@ class CallLayer:
         if history.compaction_mode == "native":
             raise CapabilityError(
                 f"`compaction_mode: native` is not available for adapter {adapter.shortname!r} "
-                f"model {adapter.model_name!r}; kedi never substitutes a summarizer"
+                f"model {adapter.model_name!r}; kedi never substitutes a summarizer: remove it "
+                "from `> history:` (or write `compaction_mode: disabled`) and bound the history "
+                "with `max_messages: N` or `max_tokens: N` instead"
             )
         plan = AgentPlan(
             adapter=adapter,
@@ -357,6 +361,9 @@ class CallLayer:
         else:
             async with self.limiter:
                 result = await adapter.request(request)
+        # A call that outlived its cancel scope (a tool blocking in its thread past the
+        # deadline) must not commit: a cancelled call commits nothing, store or lane.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         self.added.extend(result.new_messages)
         self.usage += result.usage
         return result

@@ -20,6 +20,7 @@ run with a `ReplayMismatch` showing a unified diff of recorded vs current.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields, replace
@@ -30,7 +31,7 @@ import pydantic_core
 from kedi.adapters.base import Adapter, CallRequest, CallResult, Exchange, Usage
 from kedi.errors import KediError
 from kedi.history.identity import new_id
-from kedi.history.lanes import Lane, LaneKey, canonical_digest
+from kedi.history.lanes import Lane, LaneKey, LaneView, canonical_digest, canonical_json
 from kedi.history.persistence import dump_lane_messages, load_lane_messages
 from kedi.history.store import TurnRecord, encode_lane_key, redact
 from kedi.history.store.base import Store
@@ -52,15 +53,56 @@ def render_request(adapter: Adapter, key: LaneKey, request: CallRequest) -> dict
         "prompt": request.prompt,
         "history": {
             "messages": len(request.history),
-            "digest": canonical_digest(dump_lane_messages(key, request.history, [adapter]))
-            if request.history
-            else "",
+            "digest": _history_digest(adapter, key, request.history),
         },
         "output_schema": request.output.json_schema if request.output is not None else None,
         "tools": sorted(tool.name for tool in request.tools),
         "tool_contract": key.tools,
         "settings": redact(dict(request.settings)) if request.settings else {},
     }
+
+
+def _history_digest(adapter: Adapter, key: LaneKey, history: Sequence[Any]) -> str:
+    """`canonical_digest` of the history's dump; a lane's snapshot keeps it up to date instead.
+
+    Every recorded call renders its request, so hashing the whole lane each time
+    made a run of n calls on one lane cost O(n^2) (800 calls: 16 s instead of 1 s).
+    """
+    if not history:
+        return ""
+    if isinstance(history, LaneView):
+        state = history.incremental(_HISTORY_DIGEST, lambda: _HistoryDigest(adapter, key))
+        if state is not None:
+            return state.digest()
+    return canonical_digest(dump_lane_messages(key, history, [adapter]))
+
+
+_HISTORY_DIGEST = "replay digest"
+
+
+class _HistoryDigest:
+    """A lane's history digest, fed each committed turn (an `Incremental` of `kedi.history.lanes`).
+
+    The digest is byte for byte `canonical_digest` of the dumped list, so stored
+    recordings still replay: SHA-256 streams, so the list's JSON text is hashed
+    item by item and closed on a copy.
+    """
+
+    def __init__(self, adapter: Adapter, key: LaneKey) -> None:
+        self._adapter = adapter
+        self._key = key
+        self._hasher = hashlib.sha256(b"[")
+        self._separator = b""
+
+    def extend(self, messages: Sequence[Any]) -> None:
+        for item in dump_lane_messages(self._key, messages, [self._adapter]):
+            self._hasher.update(self._separator + canonical_json(item).encode())
+            self._separator = b","
+
+    def digest(self) -> str:
+        closed = self._hasher.copy()
+        closed.update(b"]")
+        return closed.hexdigest()[:16]
 
 
 def _request_text(rendered: Mapping[str, Any]) -> list[str]:

@@ -433,6 +433,25 @@ async def test_usage_limit_is_a_clear_adapter_error_with_partial_evidence() -> N
     assert kinds(partial.messages) == [["UserPromptPart"], ["ToolCallPart"], ["ToolReturnPart"]]
 
 
+async def test_a_models_own_error_after_a_tool_carries_the_partial_and_the_location() -> None:
+    # Only Pydantic AI's own errors were mapped: a model raising anything else (a custom
+    # or FunctionModel, a transport error Pydantic AI does not wrap) reached the program
+    # raw, with no partial of the completed tool exchange and no .kedi line.
+    def exploded(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError("connection reset")
+
+    script = Script(tool_call("add", {"a": 1, "b": 1}, "c1"), exploded)
+    adapter = PydanticAdapter(script.model())
+    with pytest.raises(
+        ProviderError, match="at flow.kedi:4 failed: RuntimeError: connection reset"
+    ) as caught:
+        await adapter.request(call("Add", tools=(add_tool([]),), origin="flow.kedi:4"))
+    partial = caught.value.partial
+    assert partial is not None and partial.stage == "model" and partial.tool_calls == 1
+    assert kinds(partial.messages) == [["UserPromptPart"], ["ToolCallPart"], ["ToolReturnPart"]]
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
 def test_with_model_keeps_one_copy_per_model_with_the_options() -> None:
     """Every run of a program on one model shares one adapter (and its cached agents)."""
     adapter = PydanticAdapter(output_mode="tool")

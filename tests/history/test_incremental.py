@@ -77,3 +77,42 @@ def test_an_older_snapshot_and_a_rewrite_fall_back_to_the_full_walk() -> None:
     assert [m.content for m in repair_for_request(old)] == ["one", "1"]
     lane.replace([Message(role="user", content="three")])
     assert [m.content for m in repair_for_request(lane.messages)] == ["three"]
+
+
+def test_a_recorded_calls_history_digest_reads_only_the_new_messages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every recorded call digests its history for replay; a whole-lane digest made n calls O(n^2).
+
+    The lane keeps the digest, equal byte for byte to the full one (stored sessions still replay).
+    """
+    from kedi.adapters.base import CallRequest
+    from kedi.adapters.offline import OfflineAdapter
+    from kedi.history.lanes import canonical_digest
+    from kedi.history.persistence import dump_lane_messages
+    from kedi.runtime import sessions
+
+    dumped = 0
+
+    def counting_dump(key, messages, adapters=()):  # type: ignore[no-untyped-def]
+        nonlocal dumped
+        messages = list(messages)
+        dumped += len(messages)
+        return dump_lane_messages(key, messages, adapters)
+
+    monkeypatch.setattr(sessions, "dump_lane_messages", counting_dump)
+    adapter = OfflineAdapter()
+    key = LaneKey("offline", "offline", "")
+    lane = Lane(key, "conversation")
+    for number in range(200):
+        lane.append(
+            [Message(role="user", content=f"q{number}"), Message(role="assistant", content="a")]
+        )
+        rendered = sessions.render_request(adapter, key, CallRequest("next", history=lane.messages))
+        full = canonical_digest([m.to_json_dict() for m in lane.messages])
+        assert rendered["history"] == {"messages": len(lane), "digest": full}
+    assert dumped == 400
+    old = lane.messages  # an older snapshot, or a rewrite: the full digest, still right
+    lane.append([Message(role="user", content="later")])
+    lane.replace([Message(role="user", content="rewritten")])
+    for view in (old, lane.messages):
+        digest = sessions.render_request(adapter, key, CallRequest("next", history=view))["history"]
+        assert digest["digest"] == canonical_digest([m.to_json_dict() for m in view])

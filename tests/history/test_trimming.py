@@ -168,7 +168,8 @@ def test_budget_error_when_one_message_is_over_budget_names_both_numbers() -> No
         budget_history(per_message, 7)([user("1"), reply("2")])
     assert (
         str(caught.value)
-        == "budget_history: the last message alone needs 10 tokens, over the budget of 7"
+        == "budget_history: the last message alone needs 10 tokens, over the budget of 7; "
+        "raise max_tokens or shorten that message"
     )
 
 
@@ -229,3 +230,19 @@ def test_trim_validates_only_the_kept_tail_and_names_original_indices() -> None:
 
 def test_trim_accepts_any_iterable() -> None:
     assert trim_history(1)(iter([user("1"), reply("2")])) == [reply("2")]
+
+
+def test_a_run_names_trim_and_budget_processors_by_their_call() -> None:
+    # The error read "history processor budget_history.<locals>.budget_trim failed".
+    import kedi
+    from kedi.history import estimate_tokens
+
+    chat = kedi.compile("> history: enabled\n[reply] << <`args.message`>\n= <reply>")
+    with pytest.raises(kedi.KediExecutionError) as caught:
+        chat.run_sync(
+            args={"message": "a long message " * 30},
+            history_processor=budget_history(estimate_tokens, 5),
+        )
+    expected = "history processor budget_history(5) failed: HistoryError: budget_history: the last"
+    assert expected in str(caught.value)
+    assert trim_history(4).__qualname__ == "trim_history(4)"

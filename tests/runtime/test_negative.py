@@ -40,6 +40,8 @@ def test_case_13_native_compaction_fails_before_any_model_io() -> None:
         )
     assert isinstance(info.value.original, CapabilityError)
     assert records == []
+    # It says what to do instead, not only that kedi will not summarize.
+    assert "bound the history with `max_messages: N` or `max_tokens: N`" in str(info.value)
 
 
 def test_case_17_python_cannot_rebind_args() -> None:
