@@ -121,8 +121,7 @@ def test_a_run_failing_outside_a_model_call_names_its_line_and_error(tmp_path: P
     shown = kedi("history", "show", "typo")
     assert shown.returncode == 0, shown.stderr
     assert (
-        f"run 1 failed at {flow}:3: NameError: name 'undefined_name' is not defined"
-        in shown.stdout
+        f"run 1 failed at {flow}:3: NameError: name 'undefined_name' is not defined" in shown.stdout
     )
 
 
