@@ -131,12 +131,14 @@ def test_a_separate_ray_head_on_the_loopback(tmp_path: Path) -> None:
     port = free_port()
     # A single-machine cluster: Ray keeps 127.0.0.1 instead of the machine's address.
     loopback = {**private_ray(tmp_path), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    ray_cli = str(Path(sys.executable).with_name("ray"))
+    # Ray's own `ray` command, run by this interpreter: in a venv made with
+    # --system-site-packages the script is beside the base Python, not this one.
+    ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
     # Ray's unix sockets live under --temp-dir, and a socket path must stay under 108 bytes.
     short_dir = tempfile.mkdtemp(prefix="kedi-ray-", dir="/tmp")
     head = subprocess.Popen(
         [
-            ray_cli,
+            *ray_cli,
             "start",
             "--head",
             "--block",
