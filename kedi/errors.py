@@ -258,6 +258,15 @@ class KediExecutionError(KediError):
     ) -> None:
         message = redact_text(message)
         super().__init__(message)
+        self._keep(message, frames, original, python_traces)
+
+    def _keep(
+        self,
+        message: str,
+        frames: tuple[KediTraceFrame, ...],
+        original: BaseException | None,
+        python_traces: tuple[KediPythonTrace, ...],
+    ) -> None:
         self.message = message
         self.frames = tuple(frames)
         self.original = original
@@ -414,10 +423,7 @@ def _init_execution_error(
     # The kind's own __init__ is skipped: its attributes are the original's.
     message = redact_text(message)
     Exception.__init__(self, message)
-    self.message = message
-    self.frames = tuple(frames)
-    self.original = original
-    self.python_traces = tuple(python_traces)
+    self._keep(message, frames, original, python_traces)
 
 
 def _read_through_original(self: KediExecutionError, name: str) -> Any:
