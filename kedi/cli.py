@@ -380,15 +380,17 @@ def _run(
                     recorder=stored.recorder if stored else None,
                 )
         except BaseException as error:
-            rerun = resume_arguments(
-                ctx.args,
-                adapter=adapter,
-                model=model,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                structured_mode=structured_mode,
-            )
-            hint = stored.finish(error, rerun) if stored is not None else ""
+            hint = ""
+            if stored is not None:
+                rerun = resume_arguments(
+                    ctx.args,
+                    adapter=adapter,
+                    model=model,
+                    base_url=base_url,
+                    api_key_env=api_key_env,
+                    structured_mode=structured_mode,
+                )
+                hint = stored.finish(error, rerun)
             if isinstance(error, KediError):
                 hints = missing_option_hints(given, read, path, error)
                 _fail(error, [*hints, *([hint] if hint else [])])
