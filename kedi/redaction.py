@@ -43,9 +43,11 @@ from urllib.parse import quote, quote_plus
 
 MASK = "***"
 
+_SECRET_KEY_WORDS = ("key", "token", "secret", "password", "credential", "credentials", "auth")
+"""A key ending in one of these names a secret (`-`/`_` and case ignored)."""
 _SECRET_KEY = re.compile(
     r"^(?:authorization|proxyauthorization|apikey|xapikey|cookie|setcookie)$"
-    r"|(?:key|token|secret|password|credentials?|auth)$"
+    rf"|(?:{'|'.join(_SECRET_KEY_WORDS)})$"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]+")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
@@ -259,11 +261,7 @@ def _json_spellings(spellings: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(json.dumps(spelling, ensure_ascii=False)[1:-1] for spelling in spellings)
 
 
-_SECRET_KEY_ENDS = tuple(
-    f'{word}":'
-    for word in ("key", "token", "secret", "password", "credential", "credentials", "auth")
-    + ("authorization", "cookie")
-)
+_SECRET_KEY_ENDS = tuple(f'{word}":' for word in (*_SECRET_KEY_WORDS, "authorization", "cookie"))
 """How a key that may name a secret ends in compact JSON text, lowercased, `-` and `_` left out:
 the endings `_SECRET_KEY` requires (its exact names end in `authorization`, `key` or `cookie`)."""
 
