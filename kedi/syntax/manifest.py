@@ -200,7 +200,9 @@ def _toml_string(text: str) -> str:
     Quotes, backslashes and control characters are escaped (TOML forbids them
     raw); everything else, emoji included, is written as itself, since a TOML
     file is UTF-8. (`json.dumps` is not TOML: it writes characters outside the
-    BMP as surrogate pairs, `\\ud83d\\ude00`, which TOML rejects.)
+    BMP as surrogate pairs, `\\ud83d\\ude00`, which TOML rejects.) Hand-written:
+    the standard library reads TOML but does not write it, and these few
+    lines are all a generated pyproject.toml needs, not worth a dependency.
     """
     return '"' + _TOML_NEEDS_ESCAPE.sub(_toml_escape, text) + '"'
 
