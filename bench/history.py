@@ -108,23 +108,16 @@ def make_history(size: int) -> list[Message]:
 
 
 def sample_time(
-    operation: Callable[[list[Message]], object],
-    histories: list[list[Message]],
-    *,
-    collect_each: bool = False,
+    operation: Callable[[list[Message]], object], histories: list[list[Message]]
 ) -> float:
     """CPU seconds of one run of `operation` on each of `histories`, summed.
 
     One collection first, so the sample starts from the same collector state
     at both sizes; each result is freed (untimed) before the next run.
-    `collect_each` collects before every run instead: the method before
-    issue 16's fourth pass, kept to print its figure beside the current one.
     """
     gc.collect()
     total = 0.0
     for history in histories:
-        if collect_each:
-            gc.collect()
         start = time.process_time()
         result = operation(history)
         total += time.process_time() - start
@@ -132,9 +125,7 @@ def sample_time(
     return total
 
 
-def scaling(
-    name: str, operation: Callable[[list[Message]], object], *, old_method: bool = False
-) -> list[Row]:
+def scaling(name: str, operation: Callable[[list[Message]], object]) -> list[Row]:
     """Time `operation` per 10k messages at both sizes, and their ratio.
 
     The small size runs on the large history cut into SMALL_RUNS_PER_ROUND
@@ -144,37 +135,26 @@ def scaling(
     scaling, fourth pass" in bench/README.md): an input the previous run had
     just read, and a collector whose counters were reset before every run,
     so that a 10k run never reached the second generation's threshold while
-    a 100k run did four times. `old_method` adds that figure and its ratio.
+    a 100k run did four times.
     """
-    # Built first, as the old method built it: a 10k history made after the
-    # 100k one measured about a third slower (its objects lie elsewhere).
-    old_lanes = [make_history(SMALL)] * SMALL_RUNS_PER_ROUND if old_method else []
     large = make_history(LARGE)
     lanes = [large[start : start + SMALL] for start in range(0, LARGE, SMALL)]
     # The histories are long-lived input: freeze them so the collections
     # (before a sample, or inside a run) skip them.
     gc.collect()
     gc.freeze()
-    best_small = best_large = best_old = float("inf")
+    best_small = best_large = float("inf")
     for _ in range(ROUNDS):
         best_small = min(best_small, sample_time(operation, lanes))
         best_large = min(best_large, sample_time(operation, [large]))
-        if old_lanes:
-            best_old = min(best_old, sample_time(operation, old_lanes, collect_each=True))
     gc.unfreeze()
     per_10k = 10_000 / LARGE * 1000  # ms per 10k messages, from a sample's seconds
     ratio = best_large / best_small
-    rows = [
+    return [
         Row(f"{name}: per 10k messages, 10k history", best_small * per_10k, "ms"),
         Row(f"{name}: per 10k messages, 100k history", best_large * per_10k, "ms"),
         Row(f"{name}: ratio 100k/10k (limit {MAX_RATIO})", ratio, "x", ratio <= MAX_RATIO),
     ]
-    if old_lanes:
-        rows += [
-            Row(f"{name}: old method, 10k history", best_old * per_10k, "ms"),
-            Row(f"{name}: old method, ratio 100k/10k", best_large / best_old, "x (old)"),
-        ]
-    return rows
 
 
 def bench_normalize() -> list[Row]:

@@ -10,7 +10,7 @@ One command, every figure side by side with its ratio and target:
   target: 5,000 within 1.5x of 100;
 - `normalize_history` / `sanitize_history` per message at 10k and 100k
   (`bench/history.py`'s repair-heavy history, the 10k size on its ten
-  slices); target: within 1.15x (the previous method's figure beside it);
+  slices), in five fresh processes; target: their median ratio within 1.15x;
 - a 1,000-turn chat loop carrying its history: Pydantic AI `Agent.run` with
   `message_history` on a `FunctionModel`, against kedi with `> history:
   enabled` on the offline model; target: kedi within 1.2x.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +44,8 @@ PROGRAM_SIZES = (1_000, 10_000, 50_000)
 LANE_SIZES = (100, 1_000, 5_000)
 CALLS_PER_SAMPLE = 100
 CHAT_TURNS = 1_000
+REPAIR_PROCESSES = 5
+"""Fresh processes for the repair figures; their median ratio meets the target."""
 PROCESSES_PER_SIZE = 1
 """One process per program size: the 50k-line `>>` run alone takes a minute of CPU."""
 
@@ -123,29 +126,51 @@ def lane_calls() -> tuple[list[tuple[str, float, str]], bool]:
 
 
 def repair_scaling() -> tuple[list[tuple[str, float, str]], bool]:
-    """normalize/sanitize per 10k messages at 10k and 100k (bench/history.py's measurement).
+    """normalize/sanitize per 10k messages at 10k and 100k, in REPAIR_PROCESSES fresh processes.
 
-    Also prints the 10k figure and the ratio by the method used before
-    issue 16's fourth pass (for comparison only; see bench/README.md).
+    Each process measures as bench/history.py does (best of its rounds,
+    both sizes over the same messages); the target is met by the median of
+    the processes' ratios. One process's ratio is one draw: the same code
+    gave 0.98x to 1.22x in six processes in a row (bench/README.md, "Repair
+    scaling, sixth pass"), as each lays out the history's memory anew.
     """
+    samples = []
+    for _ in range(REPAIR_PROCESSES):
+        out = subprocess.run(
+            [sys.executable, __file__, "--repair-child"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        samples.append(json.loads(out))
+    rows, ok = [], True
+    for name in ("normalize_history", "sanitize_history"):
+        figures = [sample[name] for sample in samples]
+        for size in ("10k", "100k"):
+            per_10k = statistics.median(figure[size] for figure in figures)
+            rows.append((f"{name}: per 10k messages, {size} history (median)", per_10k, "ms"))
+        ratios = sorted(figure["ratio"] for figure in figures)
+        print(f"  {name}: each process's ratio: {', '.join(f'{r:.2f}' for r in ratios)}")
+        ratio = statistics.median(ratios)
+        ok = ok and ratio <= 1.15
+        rows.append((f"{name}: 100k / 10k per message, median (target <= 1.15)", ratio, "x"))
+    return rows, ok
+
+
+def run_repair_child() -> None:
+    """In a child process: bench/history.py's scaling figures for normalize and sanitize, as JSON."""
     import history as history_bench
 
     from kedi.history import normalize_history, sanitize_history
 
-    rows, ok = [], True
+    figures = {}
     for name, operation in (
         ("normalize_history", normalize_history),
         ("sanitize_history", sanitize_history),
     ):
-        for row in history_bench.scaling(name, operation, old_method=True):
-            if row.unit == "x":
-                ok = ok and row.value <= 1.15
-                rows.append((f"{name}: 100k / 10k per message (target <= 1.15)", row.value, "x"))
-            elif row.unit == "x (old)":
-                rows.append((f"{name}: old method, 100k / 10k (for comparison)", row.value, "x"))
-            else:
-                rows.append((row.name, row.value, row.unit))
-    return rows, ok
+        small, large, ratio = history_bench.scaling(name, operation)
+        figures[name] = {"10k": small.value, "100k": large.value, "ratio": ratio.value}
+    print(json.dumps(figures))
 
 
 def chat_loop() -> tuple[list[tuple[str, float, str]], bool]:
@@ -230,5 +255,7 @@ def _program_rows() -> tuple[list[tuple[str, float, str]], bool]:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         run_program_child(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:] == ["--repair-child"]:
+        run_repair_child()
     else:
         sys.exit(main())
