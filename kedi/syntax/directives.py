@@ -340,6 +340,7 @@ _SETTING_VALUES: Mapping[str, Validator] = {
 """What a literal value of a numeric setting must be: what the adapters accept at the call
 (`count`, `seconds`) and the providers' types, so `kedi check` reports it at its line."""
 
+
 def _setting_keys() -> dict[str, KeySpec]:
     return {name: KeySpec(_SETTING_VALUES.get(name)) for name in sorted(SETTING_NAMES)}
 
