@@ -51,7 +51,12 @@ def suite_files(target: str) -> Iterator[Path]:
 
 
 def run_tests(
-    targets: tuple[str, ...], keyword: str | None, model: str | None, echo: Callable[[str], None]
+    targets: tuple[str, ...],
+    keyword: str | None,
+    model: str | None,
+    echo: Callable[[str], None],
+    *,
+    adapter: str | None = None,
 ) -> int:
     """Run the selected cases of every suite under `targets`; return the exit status."""
     from kedi.adapters.resources import run_scope
@@ -75,7 +80,7 @@ def run_tests(
         if not cases:
             return
         async with run_scope():
-            runtime = await SuiteRuntime.start(program, model=model)
+            runtime = await SuiteRuntime.start(program, model=model, adapter=adapter)
             for problem in runtime.setup_errors:
                 echo(f"{file}: setup error at {problem}")
                 errors += 1
@@ -119,7 +124,9 @@ def run_tests(
     return 0 if passed else NO_TESTS_EXIT
 
 
-def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> int:
+def run_evals(
+    file: str, model: str | None, parallel: int, out: str | None, *, adapter: str | None = None
+) -> int:
     """Score every `@eval:` suite of `file`, print a table per suite, write `out` as JSON lines."""
     import json
 
@@ -171,7 +178,7 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     async def main() -> None:
         async with run_scope():
             runtime = await SuiteRuntime.start(
-                program, model=model, parallel=parallel if parallel > 1 else 0
+                program, model=model, adapter=adapter, parallel=parallel if parallel > 1 else 0
             )
             setup_errors.extend(runtime.setup_errors)
             for problem in runtime.setup_errors:
