@@ -205,13 +205,11 @@ def run_evals(
 
     try:
         anyio.run(main, backend="asyncio")
-        if aborted:
-            raise aborted[0]
     except BaseException:
         if stream is not None:
             stream.close()
         raise
-    for report, suite in zip(reports, suites, strict=True):
+    for report, suite in zip(reports, suites[: len(reports)], strict=True):
         console.print(_table(report, Table))
         dataset = chosen_dataset(suite)
         where = f"{dataset.kind} `{dataset.name}`" if dataset else "no dataset"
@@ -233,6 +231,8 @@ def run_evals(
                         + "\n"
                     )
     console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
+    if aborted:  # after the suites scored before it are shown and written
+        raise aborted[0]
     return (
         1 if setup_errors else 0
     )  # scores never fail the run; a broken top level does, as in `kedi test`
