@@ -234,7 +234,9 @@ def test_a_model_no_adapter_can_build_stops_kedi_test_and_eval_at_start(tmp_path
 
 def test_a_dataset_that_fails_to_load_keeps_the_suites_scored_before_it(tmp_path: Path) -> None:
     # Before, the first suite's table was never printed and --out was left empty.
-    broken = "\n@eval: echo:\n  > data: count:\n    = `42`\n  > metric: same(count):\n    = `True`\n"
+    broken = (
+        "\n@eval: echo:\n  > data: count:\n    = `42`\n  > metric: same(count):\n    = `True`\n"
+    )
     source = EVAL.replace(
         "  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", ""
     ).replace(
