@@ -617,12 +617,14 @@ def chat(
     """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
     from kedi.adapters.endpoint import command_line_options
     from kedi.cli_chat import chat_loop
+    from kedi.cli_options import check_default_model
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
 
     try:
         with command_line_options(**endpoint):
+            check_default_model(adapter, model)  # before the first line is typed
             chat_loop(
                 read=sys.stdin,
                 write=write,
