@@ -630,15 +630,26 @@ def import_(file: str, name: str | None) -> None:
 )
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
+@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter, as for `kedi run`.")
+@click.option(
+    "--model", envvar="KEDI_MODEL", help="Model, as for `kedi run` (its lane is explained)."
+)
 @click.pass_context
 @_guard
-def explain(ctx: click.Context, file: str, session: str) -> None:
+def explain(
+    ctx: click.Context, file: str, session: str, adapter: str | None, model: str | None
+) -> None:
     """What FILE's next model call, continuing SESSION, would send: lane, messages after processors, instructions.
 
-    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`.
+    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`;
+    give the `--adapter`/`--model` the session ran with to see its lane.
     """
     from kedi.cli import program_arguments
     from kedi.cli_history_io import explain_next
 
     with _opened() as store:
-        click.echo(explain_next(store, file, session, program_arguments(ctx.args)))
+        click.echo(
+            explain_next(
+                store, file, session, program_arguments(ctx.args), adapter=adapter, model=model
+            )
+        )
