@@ -431,14 +431,26 @@ def _show_text(
         [
             "\n"
             + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-            + f" at {run.failure.get('origin', '')}: "
-            + str(run.failure.get("error", "")).translate(_SHOWN_CONTROLS)
+            + f" at {run.failure.get('origin', '')}"
+            + _failure_text(run.failure.get("error", ""))
             for run in runs
             if run.failure
         ]
     )
     if lane_filter and not shown:
         raise _no_lane_matches(info, lane_filter, labels)
+
+
+_CANCELLATIONS = ("CancelledError", "KeyboardInterrupt", "KediInterrupted")
+"""How a cancelled call's exception is named: a Ctrl-C, which "interrupted" already says."""
+
+
+def _failure_text(error: object) -> str:
+    """`: ` and a run's stored error for display, or nothing for a bare cancellation."""
+    text = str(error)
+    if text.rstrip(": ") in _CANCELLATIONS:
+        return ""
+    return ": " + text.translate(_SHOWN_CONTROLS)
 
 
 def _no_lane_matches(info: SessionInfo, lane_filter: str, labels: set[str]) -> KediUsageError:
