@@ -515,14 +515,21 @@ def package_pyproject(directory: str, write: bool) -> None:
     help="Run only cases whose FILE::PROCEDURE::CASE matches EXPR (words, and/or/not).",
 )
 @click.option("--model", "model", help="Model for the cases (default: offline, deterministic).")
-def test_command(targets: tuple[str, ...], keyword: str | None, model: str | None) -> None:
+@click.option("--adapter", "adapter", envvar="KEDI_ADAPTER", help="Adapter, as for `kedi run`.")
+def test_command(
+    targets: tuple[str, ...], keyword: str | None, model: str | None, adapter: str | None
+) -> None:
     """Run the @test: suites of FILE or of every .kedi file under DIR."""
+    from kedi.cli_options import check_default_model
     from kedi.cli_suites import run_tests
 
     try:
-        status = run_tests(targets, keyword, model, click.echo)
+        check_default_model(adapter, model)  # a model no case could use fails once, here
+        status = run_tests(targets, keyword, model, click.echo, adapter=adapter)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    except KediError as error:
+        _fail(error)
     sys.exit(status)
 
 
@@ -531,6 +538,7 @@ def test_command(targets: tuple[str, ...], keyword: str | None, model: str | Non
 @click.option(
     "--model", "model", envvar="KEDI_MODEL", help="Model for the procedure (default: offline)."
 )
+@click.option("--adapter", "adapter", envvar="KEDI_ADAPTER", help="Adapter, as for `kedi run`.")
 @click.option(
     "--parallel",
     "parallel",
@@ -545,12 +553,16 @@ def test_command(targets: tuple[str, ...], keyword: str | None, model: str | Non
     type=click.Path(dir_okay=False),
     help="Write one JSON line per scored row to PATH.",
 )
-def eval_command(file: str, model: str | None, parallel: int, out: str | None) -> None:
+def eval_command(
+    file: str, model: str | None, adapter: str | None, parallel: int, out: str | None
+) -> None:
     """Score the @eval: suites of FILE over their datasets and print a table."""
+    from kedi.cli_options import check_default_model
     from kedi.cli_suites import run_evals
 
     try:
-        status = run_evals(file, model, parallel, out)
+        check_default_model(adapter, model)  # not one config error per row, scored 0.0
+        status = run_evals(file, model, parallel, out, adapter=adapter)
     except KediError as error:
         _fail(error)
     sys.exit(status)
@@ -605,12 +617,14 @@ def chat(
     """Chat with a model, one line per turn (/exit, /reset, /save NAME; Ctrl-D quits)."""
     from kedi.adapters.endpoint import command_line_options
     from kedi.cli_chat import chat_loop
+    from kedi.cli_options import check_default_model
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
 
     try:
         with command_line_options(**endpoint):
+            check_default_model(adapter, model)  # before the first line is typed
             chat_loop(
                 read=sys.stdin,
                 write=write,

@@ -91,6 +91,8 @@ def chat_loop(
                 notice("(new conversation)")
             elif command == "/save" and argument.strip():
                 _save(_whole_chat(conversation, turns), usages, argument.strip(), notice)
+            elif command == "/save":
+                notice("/save needs a NAME: /save NAME (a session) or /save FILE.json")
             else:
                 notice(f"unknown command {text!r}; {HELP}")
             continue

@@ -431,14 +431,26 @@ def _show_text(
         [
             "\n"
             + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-            + f" at {run.failure.get('origin', '')}: "
-            + str(run.failure.get("error", "")).translate(_SHOWN_CONTROLS)
+            + f" at {run.failure.get('origin', '')}"
+            + _failure_text(run.failure.get("error", ""))
             for run in runs
             if run.failure
         ]
     )
     if lane_filter and not shown:
         raise _no_lane_matches(info, lane_filter, labels)
+
+
+_CANCELLATIONS = ("CancelledError", "KeyboardInterrupt", "KediInterrupted")
+"""How a cancelled call's exception is named: a Ctrl-C, which "interrupted" already says."""
+
+
+def _failure_text(error: object) -> str:
+    """`: ` and a run's stored error for display, or nothing for a bare cancellation."""
+    text = str(error)
+    if text.rstrip(": ") in _CANCELLATIONS:
+        return ""
+    return ": " + text.translate(_SHOWN_CONTROLS)
 
 
 def _no_lane_matches(info: SessionInfo, lane_filter: str, labels: set[str]) -> KediUsageError:
@@ -630,15 +642,26 @@ def import_(file: str, name: str | None) -> None:
 )
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
+@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter, as for `kedi run`.")
+@click.option(
+    "--model", envvar="KEDI_MODEL", help="Model, as for `kedi run` (its lane is explained)."
+)
 @click.pass_context
 @_guard
-def explain(ctx: click.Context, file: str, session: str) -> None:
+def explain(
+    ctx: click.Context, file: str, session: str, adapter: str | None, model: str | None
+) -> None:
     """What FILE's next model call, continuing SESSION, would send: lane, messages after processors, instructions.
 
-    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`.
+    Options after FILE that kedi does not own become the program's `args`, as with `kedi run`;
+    give the `--adapter`/`--model` the session ran with to see its lane.
     """
     from kedi.cli import program_arguments
     from kedi.cli_history_io import explain_next
 
     with _opened() as store:
-        click.echo(explain_next(store, file, session, program_arguments(ctx.args)))
+        click.echo(
+            explain_next(
+                store, file, session, program_arguments(ctx.args), adapter=adapter, model=model
+            )
+        )

@@ -125,8 +125,19 @@ class _Explained(BaseException):
         self.text = text
 
 
-def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | None = None) -> str:
-    """What the first model call of `file`, continuing `session`, would send."""
+def explain_next(
+    store: Store,
+    file: str,
+    session: str,
+    args: dict[str, Any] | None = None,
+    *,
+    adapter: str | None = None,
+    model: str | None = None,
+) -> str:
+    """What the first model call of `file`, continuing `session`, would send.
+
+    `adapter` and `model` are the defaults `kedi run` would take from its options.
+    """
     from kedi.runtime.program import compile_program
     from kedi.runtime.sessions import SessionRecorder, render_request
 
@@ -158,7 +169,14 @@ def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | N
 
     recorder = Explainer(None, info.id, 0, record=False)
     try:
-        program.run_sync(args=args or {}, conversation=conversation, recorder=recorder, quiet=True)
+        program.run_sync(
+            args=args or {},
+            conversation=conversation,
+            recorder=recorder,
+            quiet=True,
+            adapter=adapter,
+            model=model,
+        )
     except _Explained as stop:
         return stop.text
     except BaseExceptionGroup as group:  # a parallel run wraps it

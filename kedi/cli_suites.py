@@ -51,7 +51,12 @@ def suite_files(target: str) -> Iterator[Path]:
 
 
 def run_tests(
-    targets: tuple[str, ...], keyword: str | None, model: str | None, echo: Callable[[str], None]
+    targets: tuple[str, ...],
+    keyword: str | None,
+    model: str | None,
+    echo: Callable[[str], None],
+    *,
+    adapter: str | None = None,
 ) -> int:
     """Run the selected cases of every suite under `targets`; return the exit status."""
     from kedi.adapters.resources import run_scope
@@ -75,7 +80,7 @@ def run_tests(
         if not cases:
             return
         async with run_scope():
-            runtime = await SuiteRuntime.start(program, model=model)
+            runtime = await SuiteRuntime.start(program, model=model, adapter=adapter)
             for problem in runtime.setup_errors:
                 echo(f"{file}: setup error at {problem}")
                 errors += 1
@@ -119,7 +124,9 @@ def run_tests(
     return 0 if passed else NO_TESTS_EXIT
 
 
-def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> int:
+def run_evals(
+    file: str, model: str | None, parallel: int, out: str | None, *, adapter: str | None = None
+) -> int:
     """Score every `@eval:` suite of `file`, print a table per suite, write `out` as JSON lines."""
     import json
 
@@ -171,7 +178,7 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
     async def main() -> None:
         async with run_scope():
             runtime = await SuiteRuntime.start(
-                program, model=model, parallel=parallel if parallel > 1 else 0
+                program, model=model, adapter=adapter, parallel=parallel if parallel > 1 else 0
             )
             setup_errors.extend(runtime.setup_errors)
             for problem in runtime.setup_errors:
@@ -198,13 +205,11 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
 
     try:
         anyio.run(main, backend="asyncio")
-        if aborted:
-            raise aborted[0]
     except BaseException:
         if stream is not None:
             stream.close()
         raise
-    for report, suite in zip(reports, suites, strict=True):
+    for report, suite in zip(reports, suites[: len(reports)], strict=True):
         console.print(_table(report, Table))
         dataset = chosen_dataset(suite)
         where = f"{dataset.kind} `{dataset.name}`" if dataset else "no dataset"
@@ -226,6 +231,8 @@ def run_evals(file: str, model: str | None, parallel: int, out: str | None) -> i
                         + "\n"
                     )
     console.print(f"{len(reports)} suite(s) in {time.perf_counter() - started:.2f}s")
+    if aborted:  # after the suites scored before it are shown and written
+        raise aborted[0]
     return (
         1 if setup_errors else 0
     )  # scores never fail the run; a broken top level does, as in `kedi test`

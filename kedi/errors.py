@@ -311,7 +311,12 @@ class KediExecutionError(KediError):
         for number, trace in enumerate(shown):
             if hidden and number == _SHOWN_PYTHON_TRACES:
                 out.append(f"    ... {hidden} more embedded Python lines ...")
-            out.append(f"    embedded Python line {trace.python_line}")
+            where = f"    embedded Python line {trace.python_line}"
+            if trace.filename != shown[0].filename:
+                # Another snippet (a prelude function, say): its own `.kedi` line, since
+                # the Kedi frame above names only the block that called it.
+                where += f', File "{trace.path}", line {trace.kedi_line}'
+            out.append(where)
             if trace.snippet:
                 snippet, _ = _screen_window(trace.snippet, 0)
                 out.append(f"    \u2771 {trace.python_line} {snippet}")

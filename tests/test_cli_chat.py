@@ -178,3 +178,19 @@ def test_chat_takes_base_url_and_its_saved_session_names_the_model_and_tokens(
     ]
     listed = CliRunner().invoke(main, ["history", "show", "talk"]).stdout
     assert "tokens 10→5" in listed and "tokens 30→2" in listed
+
+
+def test_save_without_a_name_says_what_is_missing_not_unknown_command() -> None:
+    result = chat("/save\n/save   \none\n")
+    assert result.exit_code == 0
+    assert "unknown command" not in result.stderr
+    assert result.stderr.count("/save needs a NAME: /save NAME (a session) or /save FILE.json") == 2
+    assert result.stdout == "[offline] one\n"
+
+
+def test_a_model_no_adapter_can_build_fails_at_start_with_kedi_runs_hint() -> None:
+    # Before, the chat started, read the first line, and then failed without the hint.
+    result = chat("hello\n", "--model", "gpt-4o")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "Pydantic AI cannot use model 'gpt-4o'" in result.stderr
+    assert "use `--adapter openai --model gpt-4o`" in result.stderr

@@ -528,3 +528,21 @@ def test_a_failed_import_names_the_file_once(tmp_path: Path) -> None:
         assert refused.stderr.count(str(path)) == 1, refused.stderr
         assert f"{path}: turns[0]: " in refused.stderr
         assert "HistoryError:" not in refused.stderr
+
+
+def test_explain_takes_the_model_options_of_the_run_it_continues(
+    chat: Path, tmp_path: Path
+) -> None:
+    # Before, `--model` after FILE became args.model, and the call was explained
+    # on the offline model's empty lane instead of the session's.
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["noted"]))
+    model = f"script:{script}"
+    ran = kedi("run", str(chat), "--model", model, "--session", "x", "--message", "remember me")
+    assert ran.returncode == 0, ran.stderr
+    for options in (["--model", model], ["--adapter", "script", "--model", model]):
+        explained = kedi("history", "explain", str(chat), "--session", "x", *options)
+        assert explained.returncode == 0, explained.stderr
+        assert f"lane: script/{script}#" in explained.stdout
+        assert "(2 messages in history" in explained.stdout
+        assert '"content": "noted"' in explained.stdout

@@ -346,3 +346,23 @@ def test_an_import_whose_name_is_taken_says_so(store_file: Path, tmp_path: Path)
     unnamed = runner.invoke(main, ["history", "import", str(exported)])
     assert unnamed.exit_code == 0
     assert "the name 'hi' is taken here: import with --name NEW to name it" in unnamed.stdout
+
+
+def test_an_interrupted_run_says_so_without_pythons_cancellation_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ctrl-C'd run is stored with the cancellation as its error: it showed as
+    # "run 1 interrupted at slow.kedi:2: CancelledError: ".
+    path = tmp_path / "history.db"
+    monkeypatch.setenv("KEDI_HISTORY", str(path))
+    with opened(path) as store:
+        session = store.create_session(name="cut", program="slow.kedi", model="offline")
+        for error in ("CancelledError: ", "KeyboardInterrupt", "ProviderError: boom"):
+            run = store.begin_run(session.id, program="slow.kedi")
+            failure = {"origin": "slow.kedi:2", "error": error}
+            store.finish_run(session.id, run, "interrupted", failure=failure)
+    assert [line for line in show("cut").splitlines() if line.startswith("run ")] == [
+        "run 1 interrupted at slow.kedi:2",
+        "run 2 interrupted at slow.kedi:2",
+        "run 3 interrupted at slow.kedi:2: ProviderError: boom",
+    ]

@@ -179,3 +179,31 @@ def test_a_module_created_where_an_earlier_candidate_missed_wins_in_the_same_pro
     assert run(tmp_path / "main.kedi") == "x"  # the bundled helpers module
     write(tmp_path, {"lib/helpers.kedi": "@first_line(t: str) -> str:\n  = local\n> export: *\n"})
     assert run(tmp_path / "main.kedi") == "local"  # the file next to lib/a.kedi now comes first
+
+
+def test_a_whole_module_import_keeps_the_name_checks_on(tmp_path: Path) -> None:
+    # `> import: m` brings exactly m's exports, which linking knows: a typo, an
+    # unexported name or an unknown type is a check error, as without the import.
+    write(
+        tmp_path,
+        {
+            "lib.kedi": "~Note(text: str)\n@shout(s: str) -> str:\n  = `s.upper()`\n"
+            "@hidden() -> str:\n  = h\n> export:\n  shout\n  Note\n",
+            "main.kedi": "> import: lib\n[n: Nte] = `Note(text='a')`\n= <shuot(x)> <hidden()>\n"
+            "= <shout(a, b)>\n",
+        },
+    )
+    diagnostics = check_error(tmp_path / "main.kedi").diagnostics
+    assert [(d.line, d.column, d.message, d.hint) for d in diagnostics] == [
+        (2, 5, "unknown type `Nte`", "did you mean `Note`?"),
+        (3, 3, "unknown name `shuot`", "did you mean `shout`?"),
+        (3, 14, "unknown name `hidden`", None),
+        (
+            4,
+            3,
+            "`shout` takes 1 argument but 2 were given",
+            f"`@shout(s)` is defined on line 2 of {tmp_path / 'lib.kedi'}",
+        ),
+    ]
+    write(tmp_path, {"main.kedi": "> import: lib\n[n: Note] = `Note(text='a')`\n= <shout(x)>\n"})
+    assert run(tmp_path / "main.kedi") == "X"

@@ -210,3 +210,45 @@ def test_eval_progress_bar_starts_only_after_two_seconds() -> None:
     anyio.run(quick_run, long, 0.4)
     assert short.started_at is None
     assert long.started_at is not None and long.started_at - begun >= 0.2
+
+
+def test_a_model_no_adapter_can_build_stops_kedi_test_and_eval_at_start(tmp_path: Path) -> None:
+    # Before, `kedi eval` scored every row 0.0 with the config error as its
+    # feedback and exited 0, and `--adapter openai` (the hint's fix) was refused.
+    (tmp_path / "e.kedi").write_text(EVAL)
+    (tmp_path / "t.kedi").write_text(SUITE)
+    for command in (["eval", str(tmp_path / "e.kedi")], ["test", str(tmp_path / "t.kedi")]):
+        result = CliRunner().invoke(main, [*command, "--model", "gpt-4o-mini"])
+        assert result.exit_code == 1, result.output
+        assert "Kedi error: KediConfigError" in result.output
+        assert "Pydantic AI cannot use model 'gpt-4o-mini'" in result.output
+        assert "use `--adapter openai --model gpt-4o-mini`" in result.output
+        assert "PASSED" not in result.output and "mean score" not in result.output
+    scripted = tmp_path / "r.json"
+    scripted.write_text("[]")
+    for command in (["eval", str(tmp_path / "e.kedi")], ["test", str(tmp_path / "t.kedi")]):
+        result = CliRunner().invoke(
+            main, [*command, "--adapter", "script", "--model", f"script:{scripted}"]
+        )
+        assert "no such option" not in result.output
+        assert "KediConfigError" not in result.output, result.output
+
+
+def test_a_dataset_that_fails_to_load_keeps_the_suites_scored_before_it(tmp_path: Path) -> None:
+    # Before, the first suite's table was never printed and --out was left empty.
+    broken = (
+        "\n@eval: echo:\n  > data: count:\n    = `42`\n  > metric: same(count):\n    = `True`\n"
+    )
+    source = EVAL.replace(
+        "  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", ""
+    ).replace(
+        "(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]",
+        "echo(rows) == expected",
+    )
+    (tmp_path / "e.kedi").write_text(source + broken)
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(main, ["eval", str(tmp_path / "e.kedi"), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "mean score 0.250 over 4 rows" in " ".join(result.output.split())
+    assert "`> data: count` must return an iterable, not int" in result.output
+    assert [json.loads(line)["input"] for line in out.read_text().splitlines()] == list("abcd")

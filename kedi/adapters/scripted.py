@@ -115,13 +115,24 @@ class ScriptEntry:
     when: When | None = None
 
 
+def _read_from(path: str | os.PathLike[str]) -> str:
+    """Where a relative script path was looked for (`> model: script:` is not relative to the program)."""
+    if Path(path).is_absolute():
+        return ""
+    try:
+        folder = os.getcwd()
+    except OSError:  # the working directory was removed
+        return " (a relative path is read from the working directory)"
+    return f" (a relative path is read from the working directory, {folder})"
+
+
 def load_script(path: str | os.PathLike[str]) -> tuple[ScriptEntry, ...]:
     """Read and check a script file; raises `KediConfigError` naming any problem."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise KediConfigError(
-            f"cannot read script {os.fspath(path)}: {error.strerror or error}"
+            f"cannot read script {os.fspath(path)}: {error.strerror or error}{_read_from(path)}"
         ) from None
     try:
         data = json.loads(text)

@@ -165,6 +165,8 @@ class CallLayer:
     ) -> None:
         self.on_delta = on_delta
         """Streaming sink: text calls pass each piece of reply text to it as it arrives."""
+        self.streamed = False
+        """Whether a call has streamed text yet: the next call's text starts on a new line."""
         self.run_id = run_id or new_id()
         """The run's id, stamped on every message its calls add (C8)."""
         self.added: list[Any] = []
@@ -277,6 +279,25 @@ class CallLayer:
             )
         return result.value
 
+    def _call_delta(self, sink: Callable[[str], None]) -> Callable[[str], None]:
+        """One call's streaming sink: one line break before its text when an earlier call streamed.
+
+        The callback cannot tell calls apart, so without it `kedi run --stream`
+        ran two replies together on one line.
+        """
+        first = True
+
+        def deliver(text: str) -> None:
+            nonlocal first
+            if first and text:
+                first = False
+                if self.streamed:
+                    sink("\n")
+                self.streamed = True
+            sink(text)
+
+        return deliver
+
     async def send(
         self,
         plan: AgentPlan,
@@ -334,7 +355,7 @@ class CallLayer:
             # Text calls stream their reply; structured calls only the text of their `str` captures.
             on_delta=None
             if self.on_delta is None or (output is not None and not output.text_fields)
-            else self.on_delta,
+            else self._call_delta(self.on_delta),
             on_exchange=None
             if transcript is None
             else _exchange_sink(

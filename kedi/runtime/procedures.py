@@ -23,6 +23,8 @@ import asyncio
 import functools
 import inspect
 import sys
+import warnings
+from ast import literal_eval as ast_literal
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
@@ -170,9 +172,17 @@ class KediProcedure:
         types = self._parameter_types()
         scope = Scope(self.scope, params=frozenset(bound.arguments))
         for name, value in bound.arguments.items():
-            scope.vars[name] = self.interpreter.check(
-                types[name], value, f"argument `{name}` of `{self.node.name}`"
-            )
+            try:
+                scope.vars[name] = self.interpreter.check(
+                    types[name], value, f"argument `{name}` of `{self.node.name}`"
+                )
+            except KediTypeExecutionError as error:
+                hint = _text_argument_hint(value)
+                if not hint:
+                    raise
+                raise KediTypeExecutionError(
+                    f"{error.message}\nhint: {hint}", frames=error.frames, original=error.original
+                ) from None
         return scope
 
     def _parameter_types(self) -> dict[str, Any]:
@@ -185,6 +195,31 @@ class KediProcedure:
         if self._return_type is None:
             self._return_type = self.interpreter.resolve_type_in(self.node.returns, self.scope)
         return self._return_type
+
+
+_CALLED_FROM_PYTHON = frozenset(
+    {"inline python", "fenced python", "python statement", "assignment block", "return block"}
+    | {"procedure"}  # called from the embedding Python code (`program.procedures`)
+)
+"""Innermost trace frames of a call made by Python code: a `str` there is the one Python gave."""
+
+
+def _text_argument_hint(value: Any) -> str:
+    """How to pass a value, when a `str` that failed a parameter came from text in `<f(...)>`."""
+    frames = trace.current_frames()
+    if not isinstance(value, str) or not frames or frames[-1].kind in _CALLED_FROM_PYTHON:
+        return ""
+    hint = "an argument written as text passes a string; "
+    # literal_eval warns about odd escapes; the text is the user's, never an error of its own.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            literal = ast_literal(value) if len(value) <= 100 else value
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            literal = value
+    if isinstance(literal, str):
+        return hint + "pass a value in backticks"
+    return hint + f"write it in backticks (`{value.strip()}`) to pass its value"
 
 
 def _ignored_return_hint(body: tuple[ast.Statement, ...]) -> str:

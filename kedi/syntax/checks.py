@@ -17,8 +17,10 @@ values are left to the runtime. In particular:
   procedures, custom types, selectively imported names and every name a
   Python block or statement in it may bind (`global` names bind at top level);
   profiles bind at top level. Where in the scope does not matter;
-- `> import: module` (all exports) or a Python `from m import *` turns the
-  name checks off for the module, since the names it brings are unknown;
+- `> import: module` (all exports) binds the module's exports once linking
+  has resolved it (`imports=`); before that, or after a Python
+  `from m import *`, the names it brings are unknown and the name checks are
+  off for the module;
 - `<name>` inside directive text (`> system:`, settings values) is rendered
   wherever the agent state is materialized, so it may use a name bound in any
   scope of the module;
@@ -66,6 +68,7 @@ def check_module(
     source: SourceFile | None = None,
     fragment: bool = False,
     known_globals: Iterable[str] = (),
+    imports: Mapping[str, Mapping[str, ast.Procedure | None]] | None = None,
 ) -> list[Diagnostic]:
     """Run every static check and return the problems found, sorted by position.
 
@@ -75,6 +78,9 @@ def check_module(
         fragment: the module is an interactive fragment, where `> export:`,
             `> package:`, `@test:` and `@eval:` are rejected.
         known_globals: names the embedder provides at run time (tools, env).
+        imports: the exports of each linked module, by the path written in
+            `> import:`, each with its Kedi procedure when it is one; a whole
+            import of a module not in it turns the name checks off.
     """
     if not isinstance(module, ast.Module):
         raise KediUsageError(f"check_module() expects a Module, not {type(module).__name__}")
@@ -82,7 +88,7 @@ def check_module(
     if too_deep is not None:
         found = [too_deep]  # the other checks (and the interpreter) recurse over the tree
     else:
-        context = _Context(module, fragment, frozenset(known_globals), source)
+        context = _Context(module, fragment, frozenset(known_globals), source, imports)
         found = [diagnostic for check in _CHECKS for diagnostic in check(context)]
     if source is not None:
         lines: dict[int, str] = {}  # one string per line, however many problems it has
@@ -143,10 +149,11 @@ def check_or_raise(
     source: SourceFile | None = None,
     fragment: bool = False,
     known_globals: Iterable[str] = (),
+    imports: Mapping[str, Mapping[str, ast.Procedure | None]] | None = None,
 ) -> None:
     """Run `check_module` and raise `KediCheckError` holding every problem found."""
     diagnostics = check_module(
-        module, source=source, fragment=fragment, known_globals=known_globals
+        module, source=source, fragment=fragment, known_globals=known_globals, imports=imports
     )
     if diagnostics:
         raise KediCheckError(diagnostics)
@@ -175,7 +182,7 @@ def check_source(
     if link_imports:
         from kedi.syntax.linking import link
 
-        link(module, file)
+        link(module, file, fragment=fragment, known_globals=known_globals)
     return module
 
 
@@ -212,6 +219,7 @@ class _Context:
         fragment: bool,
         known_globals: frozenset[str],
         source: SourceFile | None = None,
+        imports: Mapping[str, Mapping[str, ast.Procedure | None]] | None = None,
     ) -> None:
         self.module = module
         self.source = source
@@ -219,7 +227,7 @@ class _Context:
         self.fragment = fragment
         self.known = _ALWAYS_KNOWN | known_globals
         self.known_globals = known_globals
-        builder = ScopeBuilder()
+        builder = ScopeBuilder(imports)
         builder.statements(module.body, builder.module)
         self.scopes = builder.scopes
         self.module_scope = builder.module
@@ -355,7 +363,8 @@ def _check_arity(context: _Context) -> Iterator[Diagnostic]:
             yield Diagnostic(
                 ref.span,
                 f"`{ref.name}` takes {takes} but {given} {were} given",
-                f"`@{ref.name}({params})` is defined on line {procedure.span.line}",
+                f"`@{ref.name}({params})` is defined on line {procedure.span.line}"
+                + ("" if procedure.span.path == ref.span.path else f" of {procedure.span.path}"),
             )
 
 

@@ -236,6 +236,16 @@ def _positive_number(text: str) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
+def _number(text: str) -> bool:
+    value = parse_plain_value(text)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(text: str) -> bool:
+    value = parse_plain_value(text)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 BOOL = Validator("`true` or `false`", lambda text: isinstance(parse_plain_value(text), bool))
 POSITIVE_INT = int_between(1)
 NON_NEGATIVE_INT = int_between(0)
@@ -317,6 +327,24 @@ def _spec(
 
 _TEXT = KeySpec()
 
+_SETTING_VALUES: Mapping[str, Validator] = {
+    **dict.fromkeys(
+        ("temperature", "top_p", "presence_penalty", "frequency_penalty"),
+        Validator("a number", _number),
+    ),
+    "seed": Validator("an integer", _integer),
+    **dict.fromkeys(("max_tokens", "request_limit", "max_reply_bytes"), POSITIVE_INT),
+    **dict.fromkeys(("output_retries", "tool_retries", "max_retries"), NON_NEGATIVE_INT),
+    "timeout": Validator("a positive number of seconds", _positive_number),
+}
+"""What a literal value of a numeric setting must be: what the adapters accept at the call
+(`count`, `seconds`) and the providers' types, so `kedi check` reports it at its line."""
+
+
+def _setting_keys() -> dict[str, KeySpec]:
+    return {name: KeySpec(_SETTING_VALUES.get(name)) for name in sorted(SETTING_NAMES)}
+
+
 SPECS: Mapping[str, DirectiveSpec] = MappingProxyType(
     {
         spec.name: spec
@@ -335,7 +363,7 @@ SPECS: Mapping[str, DirectiveSpec] = MappingProxyType(
             _spec("model", "line", _AGENT, singleton=True),
             _spec("effort", "line", _AGENT, value=one_of(*EFFORT_LEVELS), singleton=True),
             _spec("system", "rows", _AGENT, singleton=True),
-            _spec("settings", "config", _AGENT, keys=dict.fromkeys(sorted(SETTING_NAMES), _TEXT)),
+            _spec("settings", "config", _AGENT, keys=_setting_keys()),
             _spec("approval", "line", _AGENT, value=one_of("allow", "deny"), singleton=True),
             _spec(
                 "mcp",

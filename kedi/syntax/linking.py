@@ -17,7 +17,10 @@ module (spec §6.4), loads and checks each imported file once, and returns a
   packages but not files next to it, and the error says so;
 - a selectively imported name must be exported by the module; an exported
   name must be bound at the module's top level (or imported into it);
-- a cycle of imports is an error naming the whole cycle.
+- a cycle of imports is an error naming the whole cycle;
+- a module with a whole `> import: m` is checked again once its imports are
+  linked, with m's exports bound (`check_module(imports=...)`), so an unknown
+  name, type or arity is reported as in a module without the import.
 
 Parsed and checked modules are kept per process, keyed by their resolved
 file and its modification time and size, so a module imported again (by
@@ -105,9 +108,18 @@ def path_problem(text: str) -> str | None:
     return None
 
 
-def link(module: ast.Module, source: SourceFile) -> LinkedModule:
-    """Resolve and check the imports of a checked root module; raise `KediCheckError` on any problem."""
-    linker = _Linker()
+def link(
+    module: ast.Module,
+    source: SourceFile,
+    *,
+    fragment: bool = False,
+    known_globals: Iterable[str] = (),
+) -> LinkedModule:
+    """Resolve and check the imports of a checked root module; raise `KediCheckError` on any problem.
+
+    `fragment` and `known_globals` are the root's, as it was checked.
+    """
+    linker = _Linker(fragment, tuple(known_globals))
     if not in_memory(source.path):
         linker.active.append(Path(source.path).resolve())
     return linker.link(module, source, "root", None)
@@ -122,7 +134,7 @@ def check_and_link(
     module = check_source(
         text, path, fragment=fragment, known_globals=tuple(known_globals), link_imports=False
     )
-    return link(module, SourceFile(text, path))
+    return link(module, SourceFile(text, path), fragment=fragment, known_globals=known_globals)
 
 
 # --------------------------------------------------------------------------- process cache
@@ -153,9 +165,12 @@ class _Found:
 class _Linker:
     """One root compilation: each imported file links once (a diamond shares it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fragment: bool, known_globals: tuple[str, ...]) -> None:
         self.active: list[Path] = []
         self.linked: dict[Path, LinkedModule] = {}
+        self.fragment = fragment
+        self.known_globals = known_globals
+        """How the root module was checked (imported modules are checked plainly)."""
 
     def link(
         self, module: ast.Module, source: SourceFile, origin: str, stamp: tuple[int, int] | None
@@ -166,12 +181,36 @@ class _Linker:
             if isinstance(node, ast.Import):
                 problems.extend(self._import(node, source, linked))
         if not problems:
+            problems.extend(self._recheck(module, source, linked.imports, origin))
+        if not problems:
             exports, export_problems = _exports(module, linked.imports)
             linked.exports = exports
             problems.extend(export_problems)
         if problems:
             raise KediCheckError(_located(problems, source))
         return linked
+
+    def _recheck(
+        self,
+        module: ast.Module,
+        source: SourceFile,
+        imports: dict[str, LinkedModule],
+        origin: str,
+    ) -> list[Diagnostic]:
+        """The name checks' problems once the whole imports' exports are known."""
+        from kedi.syntax.checks import check_module  # checks imports this module lazily too
+
+        if not any(isinstance(n, ast.Import) and n.names is None for n in module.body):
+            return []  # the first check already knew every name
+        exports = {path: _exported_procedures(child) for path, child in imports.items()}
+        root = origin == "root"
+        return check_module(
+            module,
+            source=source,
+            fragment=self.fragment and root,
+            known_globals=self.known_globals if root else (),
+            imports=exports,
+        )
 
     def _import(
         self, node: ast.Import, source: SourceFile, linked: LinkedModule
@@ -362,6 +401,12 @@ def _exports(
                     )
                 )
     return tuple(exports), problems
+
+
+def _exported_procedures(linked: LinkedModule) -> dict[str, ast.Procedure | None]:
+    """A module's exports, each with the Kedi procedure it names when the module defines one."""
+    own = {n.name: n for n in linked.module.body if isinstance(n, ast.Procedure)}
+    return {name: own.get(name) for name in linked.exports}
 
 
 def _located(problems: list[Diagnostic], source: SourceFile) -> list[Diagnostic]:

@@ -9,7 +9,7 @@ what binds a name are in that module's docs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, assert_never
 
@@ -64,11 +64,19 @@ class Scope:
 class ScopeBuilder:
     """Records, per lexical scope, what it binds and which names it reads."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, imports: Mapping[str, Mapping[str, ast.Procedure | None]] | None = None
+    ) -> None:
         self.module = Scope(None)
         self.scopes = [self.module]
+        self.imports = imports or {}
+        """The exports of each linked module a whole `> import: m` brings, by module path.
+
+        Each exported name maps to its Kedi procedure, when it is one the module
+        defines (so calls of it get the arity check), else None.
+        """
         self.open = False
-        """True when some import's exports are unknown (`> import: m`, `from m import *`)."""
+        """True when some import's exports are unknown (`> import: m` not linked, `from m import *`)."""
 
     def statements(self, body: Iterable[ast.Statement], scope: Scope) -> None:
         for statement in body:
@@ -116,6 +124,9 @@ class ScopeBuilder:
             case ast.ProfileDef():
                 self.module.bind(statement.name, "profile")
                 self.statements(statement.members, scope)
+            case ast.Import(names=None) if statement.module in self.imports:
+                for exported, procedure in self.imports[statement.module].items():
+                    scope.bind(exported, "import", procedure)
             case ast.Import(names=None):
                 self.open = True
             case ast.Import(names=names):

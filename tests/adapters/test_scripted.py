@@ -374,6 +374,20 @@ def test_missing_script_file_is_a_config_error(tmp_path: Path) -> None:
         ScriptAdapter(tmp_path / "nope.json")
 
 
+def test_a_missing_relative_script_names_the_directory_it_was_read_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `> model: script:replies.json` is read from the working directory, not the
+    # program's: run from elsewhere, the error only said "cannot read script replies.json".
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KediConfigError) as caught:
+        ScriptAdapter("replies.json")
+    assert str(caught.value) == (
+        "cannot read script replies.json: No such file or directory "
+        f"(a relative path is read from the working directory, {tmp_path})"
+    )
+
+
 def test_the_script_adapter_without_a_file_says_how_to_name_one() -> None:
     # `kedi run flow.kedi --adapter script` (no --model) built ScriptAdapter(None).
     source = ">> Say hi [greeting]\n= `greeting`\n"

@@ -137,3 +137,27 @@ def test_a_return_inside_a_fenced_function_is_not_the_fence_returning() -> None:
     with pytest.raises(KediTypeExecutionError) as info:
         run(source)
     assert "hint" not in info.value.message
+
+
+def test_a_text_argument_to_a_typed_parameter_says_how_to_pass_the_value() -> None:
+    # `<f(3)>` passes the text "3" (docs/guide.md, "Procedures"): the error now says
+    # how to pass the number instead of only "expected int, got str '3'".
+    source = "@f(n: int, tags: list[str]) -> int:\n  = `n`\n"
+    with pytest.raises(KediTypeExecutionError) as info:
+        run(source + "= <f(3, x)>")
+    assert info.value.message == (
+        "argument `n` of `f`: expected int, got str '3'\n"
+        "hint: an argument written as text passes a string; "
+        "write it in backticks (`3`) to pass its value"
+    )
+    with pytest.raises(KediTypeExecutionError) as info:
+        run(source + "= <f(`1`, a b)>")
+    assert info.value.message.endswith(
+        "hint: an argument written as text passes a string; pass a value in backticks"
+    )
+    with pytest.raises(KediTypeExecutionError) as info:  # from Python a str is a str
+        run(source + '= `f("3", [])`')
+    assert "hint" not in info.value.message
+    with pytest.raises(KediTypeExecutionError) as info:  # an odd escape is no warning
+        run(source + "= <f(`1`, '\\\\d')>")
+    assert info.value.message.endswith("pass a value in backticks")

@@ -413,3 +413,24 @@ def test_local_does_not_stream_and_sends_the_reply_in_one_piece(
     adapter = local.LocalAdapter(model_path="fake.gguf")
     assert SUMMARY.run_sync(adapter=adapter, on_delta=pieces.append) == SUMMARY_TEXT
     assert pieces == [SUMMARY_TEXT] and llama.streamed == [False]
+
+
+def test_the_text_of_two_calls_is_separated_by_one_line_break() -> None:
+    # The callback cannot tell calls apart: without the break, `kedi run --stream`
+    # showed "Hi!short" for a reply "Hi!" and then a capture "short".
+    program = kedi.compile(
+        "[a] << First\n>> Then [count: int]\n[b] << Second\n>> Last [summary: str]\n= <a>"
+    )
+    pieces: list[str] = []
+    replies = ["Hi!", {"outputs": {"count": 2}}, "", {"outputs": {"summary": "short"}}]
+    with_script(program, replies, on_delta=pieces.append)
+    assert "".join(pieces) == "Hi!\nshort"
+
+
+def with_script(program: Any, replies: list[Any], **options: Any) -> Any:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "replies.json"
+        script.write_text(json.dumps(replies))
+        return program.run_sync(model=f"script:{script}", **options)

@@ -163,3 +163,22 @@ def test_a_procedure_called_from_python_with_a_wrong_argument_points_at_its_head
     with pytest.raises(kedi.KediExecutionError) as caught:
         called_from_kedi.run_sync()
     assert "line 1" not in str(caught.value)  # from Kedi: the calling line (3), not the header
+
+
+def test_a_prelude_function_that_raises_is_shown_at_its_own_kedi_line() -> None:
+    # Before, its line was listed under the calling block as "embedded Python
+    # line 5" of a two-line block, with nothing saying it was the prelude's.
+    source = (
+        "```\nimport json\n\ndef helper(x):\n    y = x * 2\n    return y.nope\n```\n"
+        "@p(n: int) -> int:\n  = ```\n  v = helper(n)\n  return v\n  ```\n= <p(`1`)>\n"
+    )
+    rendered = failure(source).render()
+    assert rendered.endswith(
+        "    embedded Python line 1\n"
+        "    \u2771 1 v = helper(n)\n"
+        '    embedded Python line 5, File "trace.kedi", line 6\n'
+        "    \u2771 5 return y.nope\n"
+        "\n"
+        "Inline Python error: AttributeError\n"
+        "  'int' object has no attribute 'nope'"
+    )

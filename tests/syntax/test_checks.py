@@ -1055,6 +1055,34 @@ def test_unknown_settings_keys() -> None:
     ]
 
 
+def test_literal_setting_values_an_adapter_would_refuse_are_check_errors() -> None:
+    # Before, these passed `kedi check` and failed at the first model call's
+    # line (or at the provider, for `temperature: hot`), not at the setting.
+    assert check(
+        """
+        > settings:
+            temperature: hot
+            top_p: 1
+            max_tokens: 0
+            output_retries: lots
+            request_limit: 2.5
+            timeout: 0
+            seed: -3
+            max_retries: 0
+            frequency_penalty: -0.5
+            seed: 1.5
+        """
+    ) == [
+        (2, "`temperature` in `> settings:` must be a number, not `hot`", None),
+        (4, "`max_tokens` in `> settings:` must be a positive integer, not `0`", None),
+        (5, "`output_retries` in `> settings:` must be an integer of at least 0, not `lots`", None),
+        (6, "`request_limit` in `> settings:` must be a positive integer, not `2.5`", None),
+        (7, "`timeout` in `> settings:` must be a positive number of seconds, not `0`", None),
+        (11, "`seed` in `> settings:` must be an integer, not `1.5`", None),
+        (11, "duplicate key `seed` in `> settings:`", None),
+    ]
+
+
 def test_every_adapter_setting_is_accepted() -> None:
     keys = ["temperature", "stop_sequences", "reasoning_effort", "sandbox", "permission_mode"]
     keys += ["stop", "output_retries", "tool_retries", "request_limit", "max_retries", "cwd"]
