@@ -37,16 +37,6 @@ OLD_PROGRAM = (
 )
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
-    if not dsn:
-        pytest.skip('needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval "$(.ci/start-postgres)")')
-    return dsn
-
-
 def opened(location: str | Path) -> Store:
     store = open_store(location)
     assert store is not None
@@ -75,7 +65,9 @@ def chat(
             ]
             added = [prompt, call, result, reply]
         else:
-            exchanges = [{"messages": sent, "response": reply, "tools": [], "call_id": f"c{number}"}]
+            exchanges = [
+                {"messages": sent, "response": reply, "tools": [], "call_id": f"c{number}"}
+            ]
             added = [prompt, reply]
         lane.extend(added)
         yield TurnRecord(
@@ -183,22 +175,22 @@ def test_a_store_written_with_full_exchanges_reads_replays_and_continues(tmp_pat
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(database)}
     env.pop("KEDI_MODEL", None)
 
-    def kedi(*args: str) -> subprocess.CompletedProcess[str]:
+    def run_kedi(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "kedi", *args],
             capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
         )  # fmt: skip
 
-    shown = kedi("history", "show", "old", "--json")
+    shown = run_kedi("history", "show", "old", "--json")
     assert shown.returncode == 0, shown.stderr
     assert [turn["exchanges"] for turn in json.loads(shown.stdout)["turns"]] == columns
-    replayed = kedi("run", "old.kedi", "--replay", "old", "--transcript", "t.jsonl")
+    replayed = run_kedi("run", "old.kedi", "--replay", "old", "--transcript", "t.jsonl")
     assert replayed.returncode == 0, replayed.stderr
     sent = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(sent) == 3 and REFERENCE in sent[1]  # the transcript itself is linear, as always
-    continued = kedi("run", "old.kedi", "--session", "old")
+    continued = run_kedi("run", "old.kedi", "--session", "old")
     assert continued.returncode == 0, continued.stderr
-    turns = json.loads(kedi("history", "show", "old", "--json").stdout)["turns"]
+    turns = json.loads(run_kedi("history", "show", "old", "--json").stdout)["turns"]
     assert [turn["exchanges"] for turn in turns[:3]] == columns
     assert len(turns) == 6 and len(turns[5]["exchanges"][0]["messages"]) == 12
 
@@ -313,3 +305,37 @@ def test_a_reference_to_a_missing_turn_is_a_clear_store_error(tmp_path: Path) ->
     connection.close()
     with opened(location) as store, pytest.raises(StoreError, match=r"turn 3 refer to \[2, 0\]"):
         store.turns(session)
+
+
+def test_kedi_batch_rows_store_linear_exchanges_and_read_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from kedi.cli import main
+
+    location = tmp_path / "history.db"
+    monkeypatch.setenv("KEDI_HISTORY", str(location))
+    program = tmp_path / "steps.kedi"
+    program.write_text(
+        "> history: enabled\n[text] = `args.text`\n"
+        + "".join(f">> Step {n} for <text> [x]\n" for n in range(4))
+    )
+    inputs = tmp_path / "rows.jsonl"
+    inputs.write_text("".join(json.dumps({"text": f"row {n}"}) + "\n" for n in range(3)))
+    done = CliRunner().invoke(
+        main,
+        ["batch", str(program), str(inputs), "--out", str(tmp_path / "out.jsonl")]
+        + ["--model", "offline", "--parallel", "2", "--quiet"],
+        catch_exceptions=False,
+    )
+    assert done.exit_code == 0, done.output
+    with opened(location) as store:
+        rows = [info for info in store.sessions() if info.turns]
+        assert len(rows) == 3
+        for info in rows:
+            columns = stored(store, info.id)
+            assert len(columns) == 4 and all(REFERENCE in text for _, text in columns[1:])
+            sent = [exchanges[0]["messages"] for exchanges in read_exchanges(store, info.id)]
+            assert [len(messages) for messages in sent] == [1, 3, 5, 7]
+            assert sent[3][:6] == sent[2] + [json.loads(columns[2][1])[0]["response"]]
