@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kedi.errors import HistoryError
+
 __all__ = ["REFERENCE", "Expander", "MissingBase", "base_of", "shorten"]
 
 REFERENCE = "messages_from"
@@ -82,11 +84,11 @@ def _key(index: Any) -> Any:
     return tuple(index) if isinstance(index, list) else index
 
 
-class MissingBase(LookupError):
-    """A linear record refers to a record that is not there."""
+class MissingBase(HistoryError):
+    """A linear record refers to a record that is not there (callers say which file or turn)."""
 
     def __init__(self, index: Any) -> None:
-        super().__init__(index)
+        super().__init__(f"a linear record refers to record {index!r}, which is not there")
         self.index = index
 
 

@@ -111,6 +111,9 @@ def test_a_long_lane_stores_what_each_turn_adds_and_reads_every_message_back(
         assert all(REFERENCE in text for _, text in stored(store, session)[1:])
         assert read_exchanges(store, session) == [turn.exchanges for turn in turns]
         assert read_exchanges(store, session, run_no=run) == [turn.exchanges for turn in turns]
+        fork = store.fork_session(session)  # rows copied as stored: references name the copies
+        store.delete_session(session)
+        assert read_exchanges(store, fork.id) == [turn.exchanges for turn in turns]
 
 
 def test_a_reference_stays_inside_its_run_so_deleting_an_earlier_run_keeps_the_later_readable(
