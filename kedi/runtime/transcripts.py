@@ -17,21 +17,20 @@ A transcript is JSON lines, one record per model request (see
   where `base(J)` is record J's full messages followed by its `response`.
   `expand_records` (and `kedi transcript expand FILE`) rebuilds full records.
   Every other field is written as given, so fields added by other features
-  merge untouched.
+  merge untouched. The history store keeps its `exchanges` the same way
+  (`kedi.history.linear` holds the shared code).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kedi.errors import KediUsageError
-
-REFERENCE = "messages_from"
-"""The record field naming where a linear record's repeated messages are."""
+from kedi.history.linear import REFERENCE, Expander, MissingBase, base_of, shorten
 
 
 def encode_line(record: dict[str, Any]) -> bytes:
@@ -72,39 +71,8 @@ class LinearRecords:
         if not isinstance(lane, str) or not isinstance(messages, list):
             return record
         previous = self._last.get(lane)
-        base = (
-            [*messages, record["response"]]
-            if _is_message(record.get("response"))
-            else list(messages)
-        )
-        self._last[lane] = (record["index"], base)
-        if previous is None:
-            return record
-        index, earlier = previous
-        # The instructions (a system message first) may change from call to call: skip them.
-        at = 1 if messages and _role(messages[0]) == "system" else 0
-        start = 1 if earlier and _role(earlier[0]) == "system" else 0
-        shared = _common_prefix(earlier, start, messages, at)
-        if shared == 0:
-            return record
-        reference = {"index": index, "start": start, "stop": start + shared, "at": at}
-        return {**record, "messages": messages[:at] + messages[at + shared :], REFERENCE: reference}
-
-
-def _common_prefix(earlier: Sequence[Any], start: int, messages: Sequence[Any], at: int) -> int:
-    count = 0
-    limit = min(len(earlier) - start, len(messages) - at)
-    while count < limit and earlier[start + count] == messages[at + count]:
-        count += 1
-    return count
-
-
-def _is_message(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("role"), str)
-
-
-def _role(value: Any) -> Any:
-    return value.get("role") if isinstance(value, dict) else None
+        self._last[lane] = (record["index"], base_of(record))
+        return shorten(record, previous)
 
 
 # --------------------------------------------------------------------------- reading
@@ -162,25 +130,15 @@ def expand_records(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]
 
     Raises `KediUsageError` when a reference points at a record that is not there.
     """
-    bases: dict[int, list[Any]] = {}
+    expander = Expander()
     for record in records:
-        messages = list(record.get("messages") or ())
-        reference = record.get(REFERENCE)
-        if isinstance(reference, dict):
-            base = bases.get(reference.get("index"))  # type: ignore[arg-type]  # a missing index is looked up as None and not found
-            if base is None:
-                raise KediUsageError(
-                    f"transcript record {record.get('index')} refers to record {reference.get('index')}, which is missing"
-                )
-            at = reference["at"]
-            messages = messages[:at] + base[reference["start"] : reference["stop"]] + messages[at:]
-            record = {name: value for name, value in record.items() if name != REFERENCE}
-            record["messages"] = messages
-        response = record.get("response")
         index = record.get("index")
-        if isinstance(index, int):
-            bases[index] = [*messages, response] if _is_message(response) else messages
-        yield record
+        try:
+            yield expander.expand(record, index if isinstance(index, int) else None)
+        except MissingBase as missing:
+            raise KediUsageError(
+                f"transcript record {index} refers to record {missing.index}, which is missing"
+            ) from None
 
 
 __all__ = [

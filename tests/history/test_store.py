@@ -18,16 +18,6 @@ from tests.test_history_show import fill
 KEY = LaneKey("offline", "offline", "digest", tools="t1")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    dsn = os.environ.get("KEDI_TEST_POSTGRES_DSN")
-    if not dsn:
-        pytest.skip('needs PostgreSQL: set KEDI_TEST_POSTGRES_DSN (eval "$(.ci/start-postgres)")')
-    return dsn
-
-
 def test_turns_rebuild_the_conversation_exactly(location: str) -> None:
     with open_store(location) as store:
         session = store.create_session(name=f"s-{uuid.uuid4()}", program="p.kedi")

@@ -61,6 +61,10 @@ once, and a store written by a newer version of a component is refused.
 
 Every value written passes through `redact` first (secret-looking keys and
 known secret values masked), so API keys never reach the database.
+
+A turn's `exchanges` are stored linear (each holds the messages its request
+added and a reference to the exchange of the same run and lane it repeats:
+`kedi.history.store.exchanges`); `turns()` gives them back in full.
 """
 
 from __future__ import annotations

@@ -16,6 +16,14 @@ from itertools import repeat
 from typing import Any, Protocol
 
 from kedi.history.lanes import Conversation, Lane, LaneKey
+from kedi.history.linear import Expander, MissingBase
+from kedi.history.store.exchanges import (
+    Bases,
+    ExchangeBases,
+    Key,
+    expand_exchanges,
+    shorten_exchanges,
+)
 from kedi.history.store.records import (
     RunInfo,
     SessionInfo,
@@ -68,9 +76,12 @@ def _json(value: Any) -> str:
 class StoreTransaction:
     """One open database transaction: commit turns and run SQL of your own in it."""
 
-    def __init__(self, cursor: Cursor, driver: Driver) -> None:
+    def __init__(self, cursor: Cursor, driver: Driver, bases: ExchangeBases | None = None) -> None:
         self._cursor = cursor
         self._driver = driver
+        self._bases = bases
+        self._committed_bases: dict[Key, Bases] = {}
+        """The bases this transaction's turns leave for later ones (the store remembers them on commit)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run one statement (`?` placeholders on both backends)."""
@@ -98,8 +109,16 @@ class StoreTransaction:
                 f"no session {turn.session_id!r} in the store (removed while running?)"
             )
         seq = int(rows[0][0])
+        lane = encode_lane_key(turn.lane)
         request, messages, rewritten, value, usage, exchanges = redacted_json(
-            [turn.request, turn.messages, turn.rewritten, turn.value, turn.usage, turn.exchanges]
+            [
+                turn.request,
+                turn.messages,
+                turn.rewritten,
+                turn.value,
+                turn.usage,
+                self._linear_exchanges(turn, lane, seq),
+            ]
         )
         self.execute(
             "INSERT INTO turns (session_id, seq, run_no, lane, history, epoch, run_id, origin, request, "
@@ -108,7 +127,7 @@ class StoreTransaction:
                 turn.session_id,
                 seq,
                 turn.run_no,
-                encode_lane_key(turn.lane),
+                lane,
                 1 if turn.history else 0,
                 turn.epoch,
                 turn.run_id,
@@ -123,6 +142,23 @@ class StoreTransaction:
             ),
         )
         return seq
+
+    def _linear_exchanges(self, turn: TurnRecord, lane: str, seq: int) -> list[Any]:
+        """`turn.exchanges` in linear form (see `kedi.history.store.exchanges`), when this store can."""
+        if self._bases is None or not turn.exchanges:
+            return turn.exchanges
+        key = (turn.session_id, turn.run_no, lane, turn.history)
+        previous = self._committed_bases.get(key) or self._bases.get(key)
+        # a reference must name a row that is there: the remembered turn may have been deleted since
+        if previous is not None and not self.query(
+            "SELECT 1 FROM turns WHERE session_id = ? AND seq = ?",
+            (turn.session_id, previous[0][0]),
+        ):
+            previous = None
+        exchanges, last = shorten_exchanges(turn.exchanges, seq, previous)
+        if last is not None:
+            self._committed_bases[key] = last
+        return exchanges
 
     def create_session(
         self,
@@ -270,11 +306,19 @@ def _session(row: Sequence[Any]) -> SessionInfo:
     )
 
 
-def _turn(row: Sequence[Any]) -> TurnRecord:
+def _turn(row: Sequence[Any], expander: Expander) -> TurnRecord:
     request, messages, rewritten, value, usage, exchanges = json.loads(row[9])
+    seq = int(row[1])
+    try:
+        exchanges = expand_exchanges(expander, seq, exchanges or [])
+    except MissingBase as missing:
+        raise StoreError(
+            f"session {row[0]}: the exchanges of turn {seq} refer to {missing.index!r} "
+            "(turn seq, position), which is not stored in the same run"
+        ) from None
     return TurnRecord(
         session_id=row[0],
-        seq=int(row[1]),
+        seq=seq,
         run_no=int(row[2]),
         lane=decode_lane_key(row[3]),
         history=bool(row[4]),
@@ -287,7 +331,7 @@ def _turn(row: Sequence[Any]) -> TurnRecord:
         rewritten=rewritten,
         value=value,
         usage=usage,
-        exchanges=exchanges or [],
+        exchanges=exchanges,
     )
 
 
@@ -298,6 +342,7 @@ class Store:
         self._driver = driver
         self.kind = driver.kind
         self.location = driver.location
+        self._exchange_bases = ExchangeBases()
         self.extend_schema(COMPONENT, LATEST, [], _migrations=MIGRATIONS)
 
     def __repr__(self) -> str:
@@ -319,7 +364,9 @@ class Store:
     def transaction(self) -> Iterator[StoreTransaction]:
         """One write transaction: everything inside commits together or not at all."""
         with self._driver.transaction(write=True) as cursor:
-            yield StoreTransaction(cursor, self._driver)
+            tx = StoreTransaction(cursor, self._driver, self._exchange_bases)
+            yield tx
+        self._exchange_bases.committed(tx._committed_bases)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._driver.transaction(write=False) as cursor:
@@ -560,7 +607,8 @@ class Store:
         if before_run is not None:
             sql += " AND run_no < ?"
             params.append(before_run)
-        return [_turn(row) for row in self._read(sql + " ORDER BY seq", params)]
+        expander = Expander()
+        return [_turn(row, expander) for row in self._read(sql + " ORDER BY seq", params)]
 
     def turn_summaries(self, session_id: str, *, batch: int = 500) -> Generator[list[TurnSummary]]:
         """The session's turns in commit order, as a listing shows them: `TurnSummary` lists of up to `batch`.

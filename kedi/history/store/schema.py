@@ -21,7 +21,8 @@ Version 1:
   request, JSON), `messages` (the turn in the lane's format, JSON),
   `rewritten` (a processor's replacement of the prior lane, JSON or NULL),
   `value` (the call's result, JSON), `usage`, `exchanges` (transcript
-  records), `created`.
+  records, each holding the messages its request added and a reference to
+  the exchange it repeats: `kedi.history.store.exchanges`), `created`.
 """
 
 from __future__ import annotations
