@@ -91,7 +91,10 @@ def test_pytest_plugin_collects_kedi_suites_beside_python_tests(tmp_path: Path) 
     assert "calc.kedi:15: assert total == 5" in ran.stdout and "left  (total): 4" in ran.stdout
 
 
-EVAL = """\
+EVAL_TEST_DATA = "  > test_data: rows:\n    = `[(0.9, 0.9), (0.6, 0.6), (0.3, 0.3), (0.0, 1.0)]`\n"
+"""Rows whose metric sleeps its input's seconds (see the concurrency test)."""
+
+EVAL = f"""\
 ```
 import time
 ```
@@ -102,9 +105,7 @@ import time
 @eval: echo:
   > data: rows:
     = `[("a", "a"), ("b", "x"), ("c", None), "d"]`
-  > test_data: rows:
-    = `[(0.9, 0.9), (0.6, 0.6), (0.3, 0.3), (0.0, 1.0)]`
-  > metric: slow_match(rows):
+{EVAL_TEST_DATA}  > metric: slow_match(rows):
     = `(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]`
 """
 
@@ -142,9 +143,7 @@ def test_eval_rows_run_concurrently_and_come_back_in_dataset_order(tmp_path: Pat
 
 
 def test_kedi_eval_prints_the_table_and_writes_jsonl(tmp_path: Path) -> None:
-    source = EVAL.replace(
-        "  > test_data: rows:\n    = `[(0.9, 0.9), (0.6, 0.6), (0.3, 0.3), (0.0, 1.0)]`\n", ""
-    )
+    source = EVAL.replace(EVAL_TEST_DATA, "")
     source = source.replace(
         "(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]",
         "echo(rows) == expected",
@@ -239,9 +238,7 @@ def test_a_dataset_that_fails_to_load_keeps_the_suites_scored_before_it(tmp_path
     broken = (
         "\n@eval: echo:\n  > data: count:\n    = `42`\n  > metric: same(count):\n    = `True`\n"
     )
-    source = EVAL.replace(
-        "  > test_data: rows:\n    = `[(0.3, 0.3), (0.2, 0.2), (0.1, 0.1), (0.0, 1.0)]`\n", ""
-    ).replace(
+    source = EVAL.replace(EVAL_TEST_DATA, "").replace(
         "(time.sleep(rows), float(list(map(echo, [str(rows)]))[0]) == expected)[1]",
         "echo(rows) == expected",
     )
