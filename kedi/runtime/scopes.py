@@ -8,13 +8,16 @@ history, ...) is an immutable snapshot that a procedure captures where it is
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kedi.runtime.values import constant_text
 from kedi.syntax import ast
+
+if TYPE_CHECKING:
+    from kedi.runtime.scheduler import Scheduler
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 UNBOUND: Any = object()
@@ -198,3 +201,28 @@ class Args:
 
     def __str__(self) -> str:
         return str(self._values)
+
+
+# (returned?, value) of running a body
+Outcome = tuple[bool, Any]
+
+
+class Frame:
+    """The running state of one body: its scope, agent state and procedure name."""
+
+    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence", "check_result")
+
+    def __init__(self, scope: Scope, agent: AgentState, procedure: str | None) -> None:
+        self.scope = scope
+        self.agent = agent
+        self.procedure = procedure
+        self.scheduler: Scheduler | None = None
+        self.sequence = 0
+        self.check_result: Callable[[Any], Any] | None = None
+        """The procedure's return-type check, run by its `=` statements."""
+
+    def snapshot(self) -> Frame:
+        """A copy whose scope chain holds today's bindings (later writes do not show)."""
+        copy = Frame(self.scope.snapshot(), self.agent, self.procedure)
+        copy.check_result = self.check_result
+        return copy
