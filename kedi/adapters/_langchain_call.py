@@ -38,7 +38,7 @@ from kedi.adapters._langchain_messages import (
     reply_usage,
     reply_without_lone_surrogates,
 )
-from kedi.adapters._openai_wire import json_text, refused_output_format, seconds
+from kedi.adapters._openai_wire import count, json_text, refused_output_format, seconds
 from kedi.adapters._portable import (
     WholeCharacters,
     correction_text,
@@ -198,10 +198,16 @@ class Turn:
     """The tools that have returned a result in this call (see `ToolOutcome.ran`)."""
     timeout: float | None = None
     """Seconds each model request may take, end to end (the `timeout` setting; None: no limit)."""
+    output_retries: int = 0
+    """Invalid structured replies sent back before failing (the setting, else the adapter's)."""
 
     def __post_init__(self) -> None:
-        timeout = self.request.settings.get("timeout")
+        settings = self.request.settings
+        timeout = settings.get("timeout")
         self.timeout = None if timeout is None else seconds("timeout", timeout)
+        self.output_retries = count(
+            "output_retries", settings.get("output_retries", self.adapter.output_retries), 0
+        )
         self.history = list(self.request.history)
         self.turn = [HumanMessage(self.request.prompt)]
         self.capture = capture_text(self.request.output, self.request.on_delta)
@@ -480,7 +486,7 @@ class Turn:
 
     def _reject(self, problems: list[str], spec: OutputSpec, call: Any) -> None:
         """Send validation problems back (or fail once the retries are spent)."""
-        if self.retries >= self.adapter.output_retries:
+        if self.retries >= self.output_retries:
             listed = "; ".join(problems)
             raise OutputValidationError(
                 f"{self.where} gave no valid output after {self.retries + 1} tries: {listed}",

@@ -51,6 +51,10 @@ _BODY_SETTINGS = (
     "frequency_penalty",
     "logit_bias",
     "service_tier",
+    # llama.cpp's sampling fields: only the local adapter takes these settings
+    "repeat_penalty",
+    "top_k",
+    "min_p",
 )
 _EFFORTS = {"max": "xhigh"}
 """`> effort:` values OpenAI spells differently."""
@@ -99,7 +103,7 @@ def call_options(
     max_retries: int,
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
 ) -> CallOptions:
-    """Check a call's settings and map them to the wire; settings it does not know are dropped.
+    """Check a call's settings and map them to the wire (the call layer has refused undeclared names).
 
     `timeout`, `max_retries` and `max_reply_bytes` are the adapter's defaults
     for the settings of those names.

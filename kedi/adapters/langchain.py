@@ -24,7 +24,7 @@ what was sent and answered:
   tool call it answers is closed with a `ToolMessage` before the turn is
   committed, so the next request is pair-valid. An invalid reply is sent back,
   as a `ToolMessage(status="error")` in tool mode or a `HumanMessage` in JSON
-  mode, up to `output_retries` times.
+  mode, up to `output_retries` times (the setting, else the adapter's option).
 - **Settings**: generation settings (`temperature`, `max_tokens`, `top_p`,
   `seed`, `stop`/`stop_sequences`, penalties, `logit_bias`, `service_tier`,
   `extra_body`) are set on a copy of the chat model, but only where its class
@@ -32,7 +32,8 @@ what was sent and answered:
   field, else `reasoning={"effort": ...}`; `tool_choice` and
   `parallel_tool_calls` go to `bind_tools`; `timeout` bounds each model
   request end to end (`anyio.move_on_after`; then a retryable
-  `ProviderError`, "timed out after N s"). Everything else is dropped.
+  `ProviderError`, "timed out after N s"). A setting the chat model has no
+  field for is dropped; kedi refuses any other name before the call.
 - **Usage**: summed from each reply's `usage_metadata`; a reply without it is
   estimated with `count_tokens_approximately`.
 - **History processors** (Part B; the adapter's own, then the run's) run
@@ -98,6 +99,7 @@ class LangChainAdapter(Adapter):
                 "effort",
                 "structured_method",
                 "timeout",
+                "output_retries",
             }
         ),
     )
@@ -182,7 +184,7 @@ class LangChainAdapter(Adapter):
             "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "settings": rows["settings"]
-            + " (timeout always; the others where the chat model has the field)",
+            + " (timeout and output_retries always; the others where the chat model has the field)",
         }
 
     def check(self, request: CallRequest) -> None:

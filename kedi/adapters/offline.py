@@ -42,7 +42,7 @@ from kedi.adapters.base import (
     OutputSpec,
 )
 from kedi.errors import OutputValidationError
-from kedi.settings import COMMON_SETTINGS
+from kedi.settings import ANY_KNOWN_SETTING
 
 _PREVIEW = 60
 
@@ -66,11 +66,16 @@ class OfflineAdapter(Adapter):
         tools=True,
         history=True,
         offline=True,
-        settings=COMMON_SETTINGS,
+        settings=ANY_KNOWN_SETTING,
     )
 
     def __init__(self, model: str = "offline") -> None:
         self.model_name = model
+
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports: every setting name, so a program runs unchanged on it."""
+        return {**super().capability_rows(), "settings": "every name kedi knows, all ignored"}
 
     async def request(self, request: CallRequest) -> CallResult:
         """Answer one call deterministically (see the module docstring)."""

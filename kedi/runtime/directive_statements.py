@@ -115,7 +115,7 @@ async def apply_directive(
         settings = {}
         for entry in node.config:
             settings[entry.key] = await config_value(interp, entry.value, frame)
-        return agent.with_settings(settings)
+        return agent.with_settings(settings, {entry.key: entry.span for entry in node.config})
     if name == "history":
         return replace(agent, history=await _history_policy(interp, node, frame))
     text = await directive_value(interp, node, frame)

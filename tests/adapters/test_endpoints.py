@@ -150,9 +150,10 @@ def test_langchain_by_name_forces_a_named_tool_then_the_answer_and_sends_string_
         Reply(body=completion(tool_calls=[tool_call("c2", "KediOutputs", '{"count": 7}')])),
     )
 
+    # `output_mode` is the pydantic adapter's setting: the langchain adapter would refuse it.
+    program = TOOL_PROGRAM.replace("    output_mode: json_object\n", "")
     assert (
-        run(TOOL_PROGRAM, adapter="langchain", model="openai:local", env={"population": population})
-        == 7
+        run(program, adapter="langchain", model="openai:local", env={"population": population}) == 7
     )
     first, second = endpoint_server.bodies
     assert first["tool_choice"] == {"type": "function", "function": {"name": "population"}}

@@ -300,6 +300,16 @@ async def test_output_retries_default_to_two() -> None:
     assert len(model.seen) == 3
 
 
+async def test_the_output_retries_setting_overrides_the_adapters_option() -> None:
+    """As on the openai and pydantic adapters, `> settings: output_retries:` applies per call."""
+    bad = [ai("", calls=[("Outputs", {"city": 1, "population": 2}, f"c{n}")]) for n in range(4)]
+    model = Scripted(replies=bad)
+    request = call("Capital?", output=CITY, settings={"output_retries": 0})
+    with pytest.raises(OutputValidationError, match="after 1 tries"):
+        await LangChainAdapter(model).request(request)
+    assert len(model.seen) == 1
+
+
 async def test_structured_output_with_tools_binds_the_schema_as_a_tool() -> None:
     log: list[Any] = []
     model = Scripted(
