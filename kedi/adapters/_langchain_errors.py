@@ -7,8 +7,11 @@ It imports no LangChain: an SDK's error is read by its attributes
 from __future__ import annotations
 
 from kedi.adapters._openai_wire import provider_error
-from kedi.errors import AuthenticationError, ProviderError
+from kedi.errors import ProviderError
 from kedi.history import PartialResult
+
+KEY_HINT = "check the API key of the chat model's provider"
+"""What a refused key's error says to check (the chat model may be any provider's)."""
 
 
 def chat_model_error(error: Exception, where: str, partial: PartialResult | None) -> ProviderError:
@@ -21,12 +24,8 @@ def chat_model_error(error: Exception, where: str, partial: PartialResult | None
         return ProviderError(
             f"{where} failed: {detail}", retryable=_transient(error), partial=partial
         )
-    if status in (401, 403):
-        mapped: ProviderError = AuthenticationError(
-            f"{where} was refused (HTTP {status}): {detail}", status=status
-        )
-    else:
-        mapped = provider_error(status, str(getattr(error, "code", "") or ""), detail, where)
+    code = str(getattr(error, "code", "") or "")
+    mapped = provider_error(status, code, detail, where, KEY_HINT)
     mapped.partial = partial
     return mapped
 

@@ -134,8 +134,8 @@ def test_pydantic_404_names_the_endpoint_and_asks_about_v1(
     assert isinstance(caught.value.original, ModelNotFoundError)  # type: ignore[attr-defined]
     # One "at", for the call's place in the program; the endpoint in parentheses.
     assert str(caught.value.original) == (  # type: ignore[attr-defined]
-        f"model 'openai:local' (POST {root}/chat/completions) at <string>:1 failed: "
-        "{'detail': 'Not Found'}; is `/v1` missing from the base URL?"
+        f"model 'openai:local' (POST {root}/chat/completions) at <string>:1: model or endpoint "
+        "not found (HTTP 404): {'detail': 'Not Found'}; is `/v1` missing from the base URL?"
     )
 
 

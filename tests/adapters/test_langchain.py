@@ -540,6 +540,22 @@ async def test_chat_model_errors_are_mapped(
     assert caught.value.partial is None
 
 
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (401, " rejected the credentials (HTTP 401): StatusError: HTTP 401 from the provider; "),
+        (404, ": model or endpoint not found (HTTP 404): StatusError: HTTP 404 from the provider"),
+        (429, " is rate limiting requests (HTTP 429): StatusError: HTTP 429 from the provider"),
+    ],
+)
+async def test_chat_model_errors_read_as_the_openai_adapters_do(status: int, words: str) -> None:
+    """The status named as the openai adapter names it (tests/adapters/test_openai_guards.py)."""
+    adapter = LangChainAdapter(Scripted(replies=[StatusError(status)]))
+    with pytest.raises(ProviderError) as caught:
+        await adapter.request(call("Hi", origin="flow.kedi:4"))
+    assert str(caught.value).startswith(f"chat model 'scripted' at flow.kedi:4{words}")
+
+
 def test_missing_extra_names_the_package_and_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     # Hide the package and its loaded submodules, as if it were not installed.
     for name in [name for name in sys.modules if name.split(".")[0] == "langchain_core"]:
