@@ -397,12 +397,11 @@ def _show_text(
     # (rich parsed every line's markup: 9 s); piped output is not styled at all.
     style = click.style if _colored() else _unstyled
     bold_role = functools.cache(functools.partial(style, bold=True))
-    _echo(
-        [
-            f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
-            f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
-        ]
-    )
+    # Printed with the first turn shown, so a `--lane` that matches nothing prints its error alone.
+    header = [
+        f"{style('session', bold=True)} {info.label}  id {info.id}  program {info.program}  model {info.model}  "
+        f"turns {info.turns}" + (f"  forked from {info.parent}" if info.parent else "")
+    ]
     labels: set[str] = set()
     shown = 0
     for batch in batches:
@@ -426,19 +425,20 @@ def _show_text(
                     for name, value in turn.value.items()
                 )
                 out.append(f"  {style('captures', fg='green')} {captures}")
-        _echo(out)
-    _echo(
-        [
-            "\n"
-            + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
-            + f" at {run.failure.get('origin', '')}"
-            + _failure_text(run.failure.get("error", ""))
-            for run in runs
-            if run.failure
-        ]
-    )
+        if out:
+            _echo([*header, *out])
+            header = []
     if lane_filter and not shown:
         raise _no_lane_matches(info, lane_filter, labels)
+    failures = [
+        "\n"
+        + style(f"run {run.run_no} {run.status}", fg="red", bold=True)
+        + f" at {run.failure.get('origin', '')}"
+        + _failure_text(run.failure.get("error", ""))
+        for run in runs
+        if run.failure
+    ]
+    _echo([*header, *failures])
 
 
 _CANCELLATIONS = ("CancelledError", "KeyboardInterrupt", "KediInterrupted")

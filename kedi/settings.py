@@ -1,7 +1,8 @@
 """The names `> settings:` accepts, in one place (spec §9.6).
 
 The checker (`kedi.syntax`) rejects a key no adapter knows; each adapter
-(`kedi.adapters`) forwards the names it uses; lane keys (`kedi.history`)
+(`kedi.adapters`) declares the names it takes, and a call with any other
+fails before it is sent; lane keys (`kedi.history`)
 leave out the transport-only ones. This module imports nothing from kedi, so
 every layer may read it.
 """
@@ -93,9 +94,14 @@ SETTING_NAMES = (
 )
 """Every key `> settings:` accepts: the union over all adapters.
 
-A key that a given backend does not use is filtered out at the adapter
-boundary, so the checker only rejects keys that no adapter knows.
+The checker, which cannot know the adapter a call will use, rejects only keys
+that no adapter knows; a key the adapter in force does not take (its
+`AdapterProfile.settings`) fails the call before it is sent
+(`kedi.runtime.calls`; docs/adapters.md, "Settings an adapter does not take").
 """
+
+ANY_KNOWN_SETTING = SETTING_NAMES | {"effort"}
+"""What the offline and script stand-ins take and ignore: every name, and `> effort:` (`effort`)."""
 
 TRANSPORT_SETTINGS = frozenset(
     {"timeout", "max_retries", "num_retries", "extra_headers", "request_limit", "max_reply_bytes"}

@@ -486,14 +486,14 @@ def test_saved_conversations_hold_no_settings_values() -> None:
     conversation = kedi.Conversation()
     settings = {
         "temperature": 0.2,
-        "api_key": "sk-live-123",
+        "extra_body": {"api_key": "sk-live-123"},
         "extra_headers": {"Authorization": "Bearer tok-456"},
     }
     CHAT.run_sync(args={"message": "hi"}, conversation=conversation, settings=settings)
     text = conversation.dumps()
     assert "sk-live-123" not in text and "tok-456" not in text and "temperature" not in text
     # extra_headers is transport-only: the lane key leaves it out.
-    shaping = {"temperature": 0.2, "api_key": "sk-live-123"}
+    shaping = {"temperature": 0.2, "extra_body": {"api_key": "sk-live-123"}}
     assert json.loads(text)["lanes"][0]["key"]["settings"] == canonical_digest(shaping)
 
 

@@ -181,9 +181,10 @@ def test_a_models_escape_sequences_never_reach_the_terminal(
 
 @pytest.mark.parametrize("as_json", [(), ("--json",)])
 def test_a_lane_filter_matching_nothing_says_so(store_file: Path, as_json: tuple[str, ...]) -> None:
-    # A typo'd --lane printed the header and no turn, with exit status 0.
+    # A typo'd --lane printed the header and no turn, with exit status 0; then the
+    # header and the failed run's line before the error. The error comes alone.
     result = CliRunner().invoke(main, ["history", "show", "trip", "--lane", "nosuch", *as_json])
-    assert result.exit_code == 1
+    assert result.exit_code == 1 and result.stdout == ""
     assert "no turn of session 'trip' is on a lane whose label contains 'nosuch'" in result.stderr
     assert PORTABLE_LANE.label() in result.stderr and NATIVE_LANE.label() in result.stderr
 

@@ -76,7 +76,9 @@ class Slow(Adapter):
 }
 
 
-def _start(tmp_path: Path, source: str) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, source: str, sigint: signal.Handlers = signal.SIG_DFL
+) -> subprocess.Popen[str]:
     program = tmp_path / "flow.kedi"
     program.write_text(source, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -87,6 +89,9 @@ def _start(tmp_path: Path, source: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT's disposition at a terminal: a test run from a background job
+        # would otherwise hand the child SIGINT ignored, which `kedi run` keeps.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     assert process.stdout is not None
     assert process.stdout.readline() == "ready\n"
@@ -143,6 +148,23 @@ return 1
     assert err == "kedi: interrupted\n"
     assert process.returncode == 130
     assert elapsed < 5
+
+
+def test_a_run_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    """As `kedi batch` does (docs/batch.md): under nohup or in a background job, Ctrl-C is not ours."""
+    source = """\
+= ```
+import time
+print("ready", flush=True)
+time.sleep(1.5)
+return "finished"
+```
+"""
+    process = _start(tmp_path, source, sigint=signal.SIG_IGN)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out == "finished\n" and "interrupted" not in err
 
 
 def test_interrupt_leaves_history_with_whole_turns_only() -> None:

@@ -2,7 +2,7 @@
 
 The end-to-end tests plant secrets where users put them (the API key with a
 CRLF from a `.env` file, a bearer token in `extra_headers`, `apiKey` and
-`x-api-key` settings, credentials in the base URL), have a real HTTP server
+`x-api-key` fields in `extra_body`, credentials in the base URL), have a real HTTP server
 echo them back raw and URL-encoded, and grep every output: the transcript,
 the saved conversation, exception `str`/`repr`, the adapter's `repr`, log
 records at DEBUG and the CLI's stderr. `test_the_grep_sees_leaks_when_redaction_is_off`
@@ -40,8 +40,8 @@ SECRETS = (API_KEY, HEADER_TOKEN, SETTING_KEY, X_KEY, URL_PASSWORD)
 
 SETTINGS = {
     "extra_headers": {"Authorization": f"Bearer {HEADER_TOKEN}"},
-    "apiKey": SETTING_KEY,
-    "x-api-key": X_KEY,
+    # Sent in the request body: an adapter refuses settings it does not take.
+    "extra_body": {"apiKey": SETTING_KEY, "x-api-key": X_KEY},
 }
 ECHO = (
     f"bad credentials: key {API_KEY}, encoded {quote(API_KEY + '/')}, "

@@ -51,6 +51,10 @@ _BODY_SETTINGS = (
     "frequency_penalty",
     "logit_bias",
     "service_tier",
+    # llama.cpp's sampling fields: only the local adapter takes these settings
+    "repeat_penalty",
+    "top_k",
+    "min_p",
 )
 _EFFORTS = {"max": "xhigh"}
 """`> effort:` values OpenAI spells differently."""
@@ -99,7 +103,7 @@ def call_options(
     max_retries: int,
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
 ) -> CallOptions:
-    """Check a call's settings and map them to the wire; settings it does not know are dropped.
+    """Check a call's settings and map them to the wire (the call layer has refused undeclared names).
 
     `timeout`, `max_retries` and `max_reply_bytes` are the adapter's defaults
     for the settings of those names.
@@ -446,31 +450,57 @@ def rejects_shape(status: int, data: Any, noise: Sequence[str]) -> bool:
     return _SHAPE_FIELD.search(text) is not None
 
 
-def provider_error(status: int, code: str, detail: str, where: str) -> ProviderError:
+OPENAI_KEY_HINT = "check OPENAI_API_KEY"
+"""What a refused key's error tells the openai adapter's user to check."""
+
+_WORDING: dict[type[ProviderError], str] = {
+    AuthenticationError: "{where} rejected the credentials{http}: {detail}; {key_hint}",
+    ModelNotFoundError: "{where}: model or endpoint not found{http}: {detail}",
+    RateLimitError: "{where} is rate limiting requests{http}: {detail}",
+    ContextLengthError: "{where}: the request exceeds the context window: {detail}",
+    HistoryShapeError: "{where} rejected the message sequence (tool calls and results unpaired): {detail}",
+}
+"""How each kind of provider failure reads, on every adapter (`{http}`: ` (HTTP 401)` when known)."""
+
+
+def worded_error(
+    kind: type[ProviderError],
+    where: str,
+    detail: str,
+    *,
+    status: int | None,
+    key_hint: str = OPENAI_KEY_HINT,
+    partial: Any = None,
+) -> ProviderError:
+    """A provider failure whose kind is known (by HTTP status, or a framework's error category).
+
+    Worded the same on every adapter: `where` (model, endpoint, file:line),
+    what happened, the HTTP status when known, the provider's `detail`; only
+    a rate limit is retryable.
+    """
+    http = "" if status is None else f" (HTTP {status})"
+    message = _WORDING[kind].format(where=where, http=http, detail=detail, key_hint=key_hint)
+    return kind(message, status=status, retryable=kind is RateLimitError, partial=partial)
+
+
+def provider_error(
+    status: int, code: str, detail: str, where: str, key_hint: str = OPENAI_KEY_HINT
+) -> ProviderError:
     """The kedi error for an HTTP error reply; `detail` is the provider's message."""
-    retryable = status in RETRYABLE_STATUSES or status >= 500
+    kind: type[ProviderError] | None = None
     if status in (401, 403):
-        return AuthenticationError(
-            f"{where} rejected the credentials (HTTP {status}): {detail}; check OPENAI_API_KEY",
-            status=status,
-        )
-    if status == 404:
-        return ModelNotFoundError(
-            f"{where}: model or endpoint not found (HTTP 404): {detail}", status=status
-        )
-    if status == 429:
-        return RateLimitError(
-            f"{where} is rate limiting requests (HTTP 429): {detail}", status=status, retryable=True
-        )
-    if status < 500 and any(marker in f"{code} {detail}".lower() for marker in _CONTEXT_LENGTH):
-        return ContextLengthError(
-            f"{where}: the request exceeds the context window: {detail}", status=status
-        )
-    if status < 500 and any(marker in detail.lower() for marker in _HISTORY_SHAPE):
-        return HistoryShapeError(
-            f"{where} rejected the message sequence (tool calls and results unpaired): {detail}",
-            status=status,
-        )
+        kind = AuthenticationError
+    elif status == 404:
+        kind = ModelNotFoundError
+    elif status == 429:
+        kind = RateLimitError
+    elif status < 500 and any(marker in f"{code} {detail}".lower() for marker in _CONTEXT_LENGTH):
+        kind = ContextLengthError
+    elif status < 500 and any(marker in detail.lower() for marker in _HISTORY_SHAPE):
+        kind = HistoryShapeError
+    if kind is not None:
+        return worded_error(kind, where, detail, status=status, key_hint=key_hint)
+    retryable = status in RETRYABLE_STATUSES or status >= 500
     return ProviderError(
         f"{where} failed with HTTP {status}: {detail}", status=status, retryable=retryable
     )

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic_ai import exceptions as pai
 from pydantic_ai.messages import ModelMessage
 
-from kedi.adapters._openai_wire import provider_error, refused_output_format
+from kedi.adapters._openai_wire import provider_error, refused_output_format, worded_error
 from kedi.adapters._portable import detail_problems, validation_problems
 from kedi.adapters._pydantic_call import CallState
 from kedi.adapters.base import CallRequest
@@ -28,6 +28,9 @@ from kedi.errors import (
     StopRun,
 )
 from kedi.history import PartialResult
+
+KEY_HINT = "check the API key of the model's provider"
+"""What a refused key's error says to check (the model may be any provider's)."""
 
 
 def at_origin(request: CallRequest) -> str:
@@ -138,21 +141,20 @@ def _provider_error(
     status = error.status_code if isinstance(error, pai.ModelHTTPError) else None
     # Pydantic AI's models raise categorized errors; a bare `ModelHTTPError`
     # (a custom model, a test) is mapped by its status the same way.
-    categories: tuple[
-        tuple[type[pai.ModelAPIError], frozenset[int], type[ProviderError], bool], ...
-    ] = (
-        (pai.ModelAuthenticationError, frozenset({401, 403}), AuthenticationError, False),
-        (pai.ModelNotFoundError, frozenset({404}), ModelNotFoundError, False),
-        (pai.ModelContextWindowExceededError, frozenset(), ContextLengthError, False),
-        (pai.ModelRateLimitError, frozenset({429}), RateLimitError, True),
+    categories: tuple[tuple[type[pai.ModelAPIError], frozenset[int], type[ProviderError]], ...] = (
+        (pai.ModelAuthenticationError, frozenset({401, 403}), AuthenticationError),
+        (pai.ModelNotFoundError, frozenset({404}), ModelNotFoundError),
+        (pai.ModelContextWindowExceededError, frozenset(), ContextLengthError),
+        (pai.ModelRateLimitError, frozenset({429}), RateLimitError),
     )
-    for category, statuses, kedi_error, retryable in categories:
+    for category, statuses, kedi_error in categories:
         if isinstance(error, category) or status in statuses:
-            return kedi_error(
-                f"{where} failed: {detail}", status=status, retryable=retryable, partial=partial
+            return worded_error(
+                kedi_error, where, detail, status=status, key_hint=KEY_HINT, partial=partial
             )
     if status is not None:
-        mapped = provider_error(status, error.provider_error_code or "", detail, where)
+        code = error.provider_error_code or ""
+        mapped = provider_error(status, code, detail, where, KEY_HINT)
         mapped.partial = partial
         return mapped
     retryable = isinstance(

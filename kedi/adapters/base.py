@@ -193,8 +193,15 @@ class AdapterProfile:
     offline: bool = False
     message_format: str = "portable"
     """`portable` (kedi `Message`), `pydantic-ai` or `langchain`."""
-    settings: frozenset[str] = frozenset()
-    """Setting names the adapter forwards; others are filtered at the boundary."""
+    settings: frozenset[str] | None = None
+    """Setting names the adapter takes; kedi refuses any other before the call is sent.
+
+    A call whose agent state holds a setting not named here fails with a
+    `KediConfigError` naming the setting, the adapter, where it was set and
+    the closest name the adapter takes (docs/adapters.md, "Settings an adapter
+    does not take"). None (the default, for adapters written before settings
+    were declared): every setting reaches the adapter unchecked.
+    """
 
 
 class Adapter(ABC):
@@ -238,7 +245,9 @@ class Adapter(ABC):
             "streaming": "yes" if profile.streaming else "no",
             "history": f"yes: {profile.message_format} message lanes" if profile.history else "no",
             "message format": profile.message_format,
-            "settings": ", ".join(sorted(profile.settings)),
+            "settings": "any (not declared)"
+            if profile.settings is None
+            else ", ".join(sorted(profile.settings)),
         }
 
     def check(self, request: CallRequest) -> None:

@@ -40,8 +40,9 @@ import httpx
 from kedi.adapters._capture_stream import stream_value_in_one_piece
 from kedi.adapters._openai_http import Sender
 from kedi.adapters.base import AdapterProfile, CallResult
-from kedi.adapters.openai import OpenAIAdapter, StructuredMode, _Call
+from kedi.adapters.openai import OPENAI_SETTINGS, OpenAIAdapter, StructuredMode, _Call
 from kedi.errors import ExtraNotInstalledError, KediConfigError
+from kedi.settings import LLAMA_CPP_SETTINGS
 
 __all__ = ["LOCAL_BASE_URL", "LocalAdapter", "default_model_path", "load_llama"]
 
@@ -120,7 +121,7 @@ class LocalAdapter(OpenAIAdapter):
         streaming=False,
         history=True,
         offline=True,
-        settings=OpenAIAdapter.profile.settings | {"repeat_penalty", "top_k", "min_p"},
+        settings=OPENAI_SETTINGS | LLAMA_CPP_SETTINGS,
     )
 
     def __init__(

@@ -13,6 +13,9 @@ settings), so a program run twice gives the same values:
   collapsed. A prompt longer than 60 characters (or one whose whitespace was
   collapsed) is cut to its first 60 characters and followed by `… #<8 hex
   digits of its SHA-256>`, so different prompts always get different replies.
+  A word the cut would split is left out whole when it holds a secret
+  (`kedi.redaction`): a key cut short is no longer one redaction recognises,
+  and its prefix would reach transcripts and stores unmasked.
 - **Tools** are accepted (they are part of the lane key) but never called.
 
 Turns, lanes and transcripts work exactly as with a real portable adapter.
@@ -42,7 +45,8 @@ from kedi.adapters.base import (
     OutputSpec,
 )
 from kedi.errors import OutputValidationError
-from kedi.settings import COMMON_SETTINGS
+from kedi.redaction import redact_text
+from kedi.settings import ANY_KNOWN_SETTING
 
 _PREVIEW = 60
 
@@ -53,7 +57,18 @@ def offline_text(prompt: str) -> str:
     if preview == prompt and len(preview) <= _PREVIEW:
         return f"[offline] {preview}"
     digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
-    return f"[offline] {preview[:_PREVIEW]}… #{digest}"
+    return f"[offline] {_cut(preview)}… #{digest}"
+
+
+def _cut(preview: str) -> str:
+    """The first `_PREVIEW` characters, less a cut word that holds a secret (see the module docs)."""
+    cut = preview[:_PREVIEW]
+    if len(preview) <= _PREVIEW or preview[_PREVIEW] == " ":
+        return cut
+    start = cut.rfind(" ") + 1
+    end = preview.find(" ", _PREVIEW)
+    word = preview[start : None if end < 0 else end]
+    return cut[:start].rstrip() if redact_text(word) != word else cut
 
 
 class OfflineAdapter(Adapter):
@@ -66,11 +81,16 @@ class OfflineAdapter(Adapter):
         tools=True,
         history=True,
         offline=True,
-        settings=COMMON_SETTINGS,
+        settings=ANY_KNOWN_SETTING,
     )
 
     def __init__(self, model: str = "offline") -> None:
         self.model_name = model
+
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports: every setting name, so a program runs unchanged on it."""
+        return {**super().capability_rows(), "settings": "every name kedi knows, all ignored"}
 
     async def request(self, request: CallRequest) -> CallResult:
         """Answer one call deterministically (see the module docstring)."""

@@ -159,6 +159,17 @@ _STEPS: tuple[StructuredMode, ...] = ("json_schema", "json_object", "tool", "pro
 """Auto mode's structured modes, best first: a shape rejection moves a call one step on."""
 
 
+OPENAI_SETTINGS = (COMMON_SETTINGS - {"thinking"}) | {
+    "output_retries",
+    "request_limit",
+    "max_retries",
+    "max_reply_bytes",
+    "effort",
+    "reasoning_effort",
+    "structured_mode",
+}
+"""The settings the adapter takes (`thinking` is Pydantic AI's: chat completions spell it `effort`)."""
+
 PROVIDER_PREFIX = "openai:"
 """A leading provider prefix the adapter drops from the model id it sends (Pydantic AI's spelling)."""
 
@@ -173,16 +184,7 @@ class OpenAIAdapter(Adapter):
         tools=True,
         streaming=True,
         history=True,
-        settings=COMMON_SETTINGS
-        | {
-            "output_retries",
-            "request_limit",
-            "max_retries",
-            "max_reply_bytes",
-            "effort",
-            "reasoning_effort",
-            "structured_mode",
-        },
+        settings=OPENAI_SETTINGS,
     )
 
     def __init__(

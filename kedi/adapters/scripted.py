@@ -73,7 +73,7 @@ from kedi.errors import (
 )
 from kedi.history import ToolCall
 from kedi.history.persistence import json_kind
-from kedi.settings import COMMON_SETTINGS
+from kedi.settings import ANY_KNOWN_SETTING
 
 MAX_TOOL_ROUNDS = 8
 """Tool rounds one call may run before it fails."""
@@ -238,7 +238,7 @@ class ScriptAdapter(Adapter):
         tools=True,
         history=True,
         offline=True,
-        settings=COMMON_SETTINGS | {"output_retries"},
+        settings=ANY_KNOWN_SETTING,
     )
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
@@ -253,6 +253,14 @@ class ScriptAdapter(Adapter):
         self._unused = list(self._entries)
         # A plain lock: claims never await, and adapters may serve several threads.
         self._lock = threading.Lock()
+
+    @classmethod
+    def capability_rows(cls) -> dict[str, str]:
+        """What this adapter supports: every setting name, so a program runs unchanged on it."""
+        return {
+            **super().capability_rows(),
+            "settings": "every name kedi knows; only output_retries is used",
+        }
 
     @property
     def remaining(self) -> int:

@@ -8,6 +8,7 @@ Transcript lines are written per model request as the adapter reports them.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
 from kedi.redaction import logger, redact
 from kedi.runtime.transcripts import LinearRecords, encode_line, write_line
+from kedi.settings import SETTING_NAMES
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -239,6 +241,9 @@ class CallLayer:
         settings = dict(agent.settings)
         if agent.effort is not None:
             settings["effort"] = agent.effort
+        declared = adapter.profile.settings
+        if declared is not None and not declared.issuperset(settings):
+            raise _undeclared_setting(adapter, declared, settings, agent)
         tools, tools_digest = self._tools(interp, agent.tools)
         history = agent.history
         if history.compaction_mode == "native":
@@ -496,3 +501,35 @@ __all__ = [
     "bounded_processor",
     "OFFLINE_NOTICE",
 ]
+
+
+def _undeclared_setting(
+    adapter: Adapter, declared: frozenset[str], settings: Mapping[str, Any], agent: AgentState
+) -> KediConfigError:
+    """The error of a call whose settings hold one its adapter does not take.
+
+    It names the setting, where it was set, the adapter and the closest name
+    the adapter takes: a setting silently dropped would hide a misspelling,
+    or a name that belongs to another adapter (`structured_mode` on langchain).
+    """
+    name = next(key for key in settings if key not in declared)
+    span = agent.setting_spans.get(name)
+    if span is not None:
+        where = f"`> settings:` at {span.path}:{span.line}"
+    elif name == "effort" and "effort" not in agent.settings:
+        where = "`> effort:`"
+    else:
+        where = "`settings=` in Python"
+    close = difflib.get_close_matches(name, sorted(declared), n=1, cutoff=0.6)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    if declared >= SETTING_NAMES:  # a stand-in (offline, script): only a name no adapter takes
+        return KediConfigError(
+            f"unknown setting `{name}` (set by {where}): no adapter takes it{hint}"
+        )
+    extra = (
+        "; provider-specific request fields go in `extra_body`" if "extra_body" in declared else ""
+    )
+    return KediConfigError(
+        f"adapter {adapter.shortname!r} does not take the setting `{name}` (set by {where})"
+        f"{hint or '.'} It takes {', '.join(sorted(declared))}{extra}."
+    )

@@ -36,9 +36,8 @@ import anyio
 
 from kedi.adapters.base import Usage
 from kedi.errors import Diagnostic, KediDiagnosticError, KediError
-from kedi.runtime.interpreter import Frame
 from kedi.runtime.scheduler import Scheduler
-from kedi.runtime.scopes import Scope
+from kedi.runtime.scopes import Frame, Scope
 from kedi.runtime.suites import USAGE, SuiteRuntime
 from kedi.syntax import ast
 

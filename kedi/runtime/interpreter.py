@@ -1,4 +1,8 @@
-"""The async evaluator: one method per statement and segment kind.
+"""The async evaluator: statements in order, values, names, types and embedded Python.
+
+`Interpreter._handlers` maps each statement class to its handler: a method
+here, `model_statement` for `>>` and `<<` (`kedi.runtime.model_statements`),
+or a directive's handler (`kedi.runtime.directive_statements`).
 
 Statements run in source order. Values follow the lexical scope chain
 dynamically; agent state (adapter, model, system, settings, history) is an
@@ -13,7 +17,6 @@ import builtins
 import functools
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -22,17 +25,22 @@ import anyio.to_thread
 from kedi.errors import (
     KediExecutionError,
     KediNameError,
-    KediTraceFrame,
     KediTypeExecutionError,
     KediValueExecutionError,
 )
 from kedi.runtime import interrupts, trace
+from kedi.runtime.directive_statements import (
+    directive_statement,
+    profile_statement,
+    system_statement,
+    use_statement,
+)
 from kedi.runtime.imports import ModuleInstances, run_import
+from kedi.runtime.model_statements import model_statement
 from kedi.runtime.procedures import KediProcedure, not_a_procedure
 from kedi.runtime.python_bridge import CompiledSnippets, PythonBridge, PythonFailure
 from kedi.runtime.scheduler import KediPromise, Scheduler
-from kedi.runtime.scopes import UNBOUND, AgentState, Args, HistoryPolicy, Profile, Scope, SystemText
-from kedi.runtime.sites import CallSite, call_site
+from kedi.runtime.scopes import UNBOUND, AgentState, Args, Frame, Outcome, Scope
 from kedi.runtime.types import (
     TypeCheckError,
     TypeResolutionError,
@@ -45,19 +53,13 @@ from kedi.runtime.types import (
 from kedi.runtime.values import capture_placeholder, render
 from kedi.source import SourceFile, Span
 from kedi.syntax import ast
-from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
 from kedi.syntax.unsupported import UNSUPPORTED_STATEMENTS
 
 if TYPE_CHECKING:
-    from kedi.runtime.calls import Texts
     from kedi.syntax.linking import LinkedModule
 
-EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
 RESERVED_ARGS = "args"
 PythonResultT = TypeVar("PythonResultT")
-
-# (returned?, value) of running a body
-Outcome = tuple[bool, Any]
 
 
 class Interpreter:
@@ -184,158 +186,12 @@ class Interpreter:
 
     # ================================================================== statements
 
-    async def _model_statement(self, node: ast.Template | ast.RawInvoke, frame: Frame) -> None:
-        """`>> ...` and `[x] << ...`: one model call, its outputs bound (as promises while scheduled).
-
-        This runs for every model call, so the common case (no scheduler,
-        nothing to render) goes straight from the call site to the call layer:
-        every function call and object saved here is measurable against a
-        zero-latency model. For the same reason the statement's trace frame is
-        not pushed: an error escaping the statement gets it on the way out
-        (`trace.attach`), and a scheduled call pushes it only while it spawns.
-        """
-        site = call_site(node, node.rows)
-        try:
-            if site.target is not None:
-                self._check_assignable(site.target, frame)
-            annotations = tuple([capture.resolve(self, frame.scope) for capture in site.captures])
-            if frame.scheduler is not None:
-                await self._schedule_call(node, site, annotations, frame)
-                return
-            system = frame.agent.system
-            prompt, instructions = site.prompt, "" if system is None else system.text
-            if prompt is None or instructions is None:
-                prompt, instructions = await self._render_texts(site, system, frame)
-            plan = self.calls.plan(self, frame.agent)
-            output = site.output_spec(annotations) if annotations else None
-            if plan.history:
-                result = await self.calls.execute(
-                    self.calls.prepare(plan, output, site.origin), (prompt, instructions)
-                )
-            else:
-                result = (
-                    await self.calls.send(plan, output, site.origin, (prompt, instructions))
-                ).value
-            if site.target is not None:
-                self.bind(frame, site.target, result, node.span)
-            else:
-                for capture in site.captures:
-                    self.bind(frame, capture.name, result[capture.name], node.span)
-        except KediExecutionError as error:
-            trace.attach(error, self._trace_entry(site, frame.procedure))
-            raise
-        except Exception as exc:
-            wrapped = trace.wrap(exc)
-            trace.attach(wrapped, self._trace_entry(site, frame.procedure))
-            raise wrapped from exc
-
-    def _trace_entry(self, site: CallSite, procedure: str | None) -> KediTraceFrame:
-        """The trace frame of a `>>` / `<<` statement, built once per node and procedure."""
-        entry = site.trace
-        if entry is None or entry.procedure_name != procedure:
-            span = site.node.span
-            entry = site.trace = trace.entry(
-                "template", span, procedure=procedure, snippet=self.snippet(span)
-            )
-        return entry
-
-    async def _schedule_call(
-        self,
-        node: ast.Template | ast.RawInvoke,
-        site: CallSite,
-        annotations: tuple[Any, ...],
-        frame: Frame,
-    ) -> None:
-        """Schedule a call (parallel mode) and bind its outputs as promises of its `ScheduledCall`.
-
-        `annotations` are the resolved capture types (empty for a text call).
-        A prompt that calls procedures (which may make model calls of their
-        own) is rendered here, in source order, before the call takes its
-        place in its lane; any other prompt renders inside the scheduled task
-        from a snapshot of the values visible now.
-        """
-        scheduler = frame.scheduler
-        assert scheduler is not None
-        system = frame.agent.system
-        instructions = "" if system is None else system.text
-        texts: Texts
-        if site.prompt is not None and instructions is not None:
-            texts = (
-                site.prompt,
-                instructions,
-            )  # both rendered ahead: nothing to render or snapshot
-        elif self._calls_procedures((*site.rows, *(system.rows if system else ())), frame):
-            texts = await self._render_texts(site, system, frame)
-        else:
-            snapshot = frame.snapshot()
-
-            def texts() -> Awaitable[tuple[str, str]]:
-                return self._render_texts(site, system, snapshot)
-
-        plan = self.calls.plan(self, frame.agent)
-        output = site.output_spec(annotations) if annotations else None
-        prepared = self.calls.prepare(plan, output, site.origin)
-
-        async def run_call() -> Any:
-            try:
-                return await self.calls.execute(prepared, texts)
-            except KediExecutionError:
-                raise
-            except Exception as exc:
-                # Wrapped in the task, whose trace stack ends with this statement's
-                # frame: the error points at the call that failed, wherever it is forced.
-                raise trace.wrap(exc) from exc
-
-        frame.sequence += 1
-        token = trace.push(
-            self._trace_entry(site, frame.procedure)
-        )  # the task copies the stack now
-        try:
-            call = await scheduler.spawn(frame.sequence, site.origin, run_call)
-        finally:
-            trace.pop(token)
-        if site.target is not None:
-            self.bind(frame, site.target, KediPromise(call, None), node.span)
-            return
-        for capture in site.captures:
-            self.bind(frame, capture.name, KediPromise(call, capture.name), node.span)
-
-    async def _render_texts(
-        self, site: CallSite, system: SystemText | None, frame: Frame
-    ) -> tuple[str, str]:
-        """A call's prompt and `> system:` instructions ("" without one), in that order.
-
-        Text that substitutes nothing was rendered once, at the call site or
-        the system directive, and is not rendered again.
-        """
-        prompt = site.prompt
-        if prompt is None:
-            prompt = await self.render_rows(site.rows, frame)
-        instructions = "" if system is None else system.text
-        if instructions is None:
-            instructions = await self.render_rows(system.rows, frame)  # type: ignore[union-attr]  # text is None only when system is set
-        return prompt, instructions
-
-    def _calls_procedures(self, rows: Sequence[ast.Row], frame: Frame) -> bool:
-        for row in rows:
-            for segment in row.segments:
-                if isinstance(segment, ast.Call):
-                    return True
-                if isinstance(segment, (ast.InlinePython, ast.BareBacktick)):
-                    for name in self.bridge.references(segment.code):
-                        try:
-                            if isinstance(self.lookup(name, frame.scope), KediProcedure):
-                                return True
-                        except KeyError:
-                            pass
-        return False
-
     async def _assign(self, node: ast.Assign, frame: Frame) -> None:
         kind = "assignment block" if isinstance(node.value, ast.Fence) else "assignment"
         with trace.frame(
             kind, node.span, snippet=self.snippet(node.span), procedure=frame.procedure
         ):
-            self._check_assignable(node.target, frame)
+            self.check_assignable(node.target, frame)
             value = await self.evaluate_value(node.value, frame, native_call=True)
             annotation = self.resolve_type_in(node.type, frame.scope)
             value = self.check(annotation, value, f"assignment to `{node.target}`")
@@ -365,7 +221,7 @@ class Interpreter:
             await self.execute_python(node.code, frame)
 
     async def _procedure(self, node: ast.Procedure, frame: Frame) -> None:
-        self._check_assignable(node.name, frame)
+        self.check_assignable(node.name, frame)
         defaults = {}
         for param in node.params:
             if param.default is not None:
@@ -374,7 +230,7 @@ class Interpreter:
         frame.scope.vars[node.name] = procedure
 
     async def _custom_type(self, node: ast.CustomType, frame: Frame) -> None:
-        self._check_assignable(node.name, frame)
+        self.check_assignable(node.name, frame)
         with trace.frame(
             "type expression", node.span, snippet=self.snippet(node.span), procedure=frame.procedure
         ):
@@ -390,44 +246,6 @@ class Interpreter:
             except PythonFailure as failure:
                 raise self._python_error(failure) from None
         frame.scope.vars[node.name] = model
-
-    async def _directive(self, node: ast.Directive, frame: Frame) -> None:
-        with trace.frame(
-            "directive", node.span, label=f"directive {node.name}", snippet=self.snippet(node.span)
-        ):
-            frame.agent = await self.apply_directive(node, frame.agent, frame)
-
-    async def _system(self, node: ast.SystemDirective, frame: Frame) -> None:
-        frame.agent = replace(frame.agent, system=SystemText(node.rows))
-
-    async def _use(self, node: ast.Use, frame: Frame) -> None:
-        with trace.frame(
-            "directive", node.span, label="directive use", snippet=self.snippet(node.span)
-        ):
-            frame.agent = self.apply_use(node, frame.agent, frame)
-
-    async def _profile(self, node: ast.ProfileDef, frame: Frame) -> None:
-        state = AgentState()
-        members: set[str] = set()
-        member_frame = Frame(frame.scope, state, frame.procedure)
-        for member in node.members:
-            if isinstance(member, ast.Use):
-                member_frame.agent = self.apply_use(member, member_frame.agent, member_frame)
-                for use in member.names:
-                    value = self.lookup(use.name, frame.scope)
-                    members.update(value.members if isinstance(value, Profile) else ("tools",))
-            elif isinstance(member, ast.SystemDirective):
-                member_frame.agent = replace(member_frame.agent, system=SystemText(member.rows))
-                members.add("system")
-            else:
-                member_frame.agent = await self.apply_directive(
-                    member, member_frame.agent, member_frame
-                )
-                members.add(member.name)
-        doc = node.docstring.text if node.docstring else None
-        frame.scope.vars[node.name] = Profile(
-            node.name, member_frame.agent, frozenset(members) & _PROFILE_MEMBERS, doc
-        )
 
     async def _import(self, node: ast.Import, frame: Frame) -> None:
         with trace.frame(
@@ -445,91 +263,6 @@ class Interpreter:
         """Test and eval suites never run during normal execution."""
 
     _handlers: dict[type, Callable[..., Any]] = {}
-
-    # ================================================================== directives
-
-    async def apply_directive(
-        self, node: ast.Directive, agent: AgentState, frame: Frame
-    ) -> AgentState:
-        """Return the agent state after `node` (a one-line or configuration directive)."""
-        name = node.name
-        if name in NOT_YET_SUPPORTED:
-            raise KediExecutionError(
-                f"`> {name}:` is not supported yet", frames=trace.current_frames()
-            )
-        if name == "settings":
-            settings = {}
-            for entry in node.config:
-                settings[entry.key] = await self.config_value(entry.value, frame)
-            return agent.with_settings(settings)
-        if name == "history":
-            return replace(agent, history=await self._history_policy(node, frame))
-        text = await self.directive_value(node, frame)
-        if name == "adapter":
-            return replace(agent, adapter=text)
-        if name == "model":
-            if not isinstance(text, str):
-                raise TypeError(f"`> model:` must be a string, got {type(text).__name__}")
-            return replace(agent, model=text)
-        if name == "effort":
-            if text not in EFFORTS:
-                raise ValueError(
-                    f"invalid effort {text!r}; use one of {', '.join(sorted(EFFORTS))}"
-                )
-            return replace(agent, effort=text)
-        raise KediExecutionError(
-            f"`> {name}:` is not supported here", frames=trace.current_frames()
-        )
-
-    async def directive_value(self, node: ast.Directive, frame: Frame) -> Any:
-        """The value of a one-line directive: native for a sole backtick, else text."""
-        if node.value is None:
-            raise ValueError(f"`> {node.name}:` needs a value")
-        return await self.evaluate_segments(node.value, frame)
-
-    async def config_value(self, segments: Sequence[ast.Segment], frame: Frame) -> Any:
-        """A configuration value: backtick → Python; plain text → bool/null/number/literal/str."""
-        value = await self.evaluate_segments(segments, frame)
-        if len(segments) == 1 and isinstance(segments[0], ast.BareBacktick):
-            return value
-        return parse_plain_value(value)
-
-    async def evaluate_segments(self, segments: Sequence[ast.Segment], frame: Frame) -> Any:
-        if len(segments) == 1 and isinstance(segments[0], ast.BareBacktick):
-            return await self.evaluate_python(segments[0].code, frame)
-        return await self.render_segments(segments, frame)
-
-    async def _history_policy(self, node: ast.Directive, frame: Frame) -> HistoryPolicy:
-        if node.value is not None:
-            text = await self.directive_value(node, frame)
-            if text not in ("enabled", "disabled"):
-                raise ValueError(f"`> history:` must be `enabled` or `disabled`, got {text!r}")
-            return HistoryPolicy(enabled=text == "enabled")
-        values = {e.key: await self.config_value(e.value, frame) for e in node.config}
-        return history_policy_from(values)
-
-    def apply_use(self, node: ast.Use, agent: AgentState, frame: Frame) -> AgentState:
-        """Apply `> use:` names: a procedure or callable becomes a tool, a profile is applied.
-
-        The indented list form only ever names tools.
-        """
-        for use in node.names:
-            try:
-                value = self.lookup(use.name, frame.scope)
-            except KeyError:
-                raise KediNameError(
-                    f"unknown name `{use.name}` in `> use:`", frames=trace.current_frames()
-                ) from None
-            if callable(value) and not isinstance(value, (type, Profile)):
-                agent = agent.with_tools({use.name: value})
-            elif isinstance(value, Profile) and not node.block:
-                agent = agent.apply_profile(value.state, value.members)
-            else:
-                raise KediTypeExecutionError(
-                    f"`> use: {use.name}` names a {type(value).__name__}, not a profile or tool",
-                    frames=trace.current_frames(),
-                )
-        return agent
 
     # ================================================================== values
 
@@ -658,7 +391,8 @@ class Interpreter:
         """A Kedi assignment (or published output) to `name`."""
         frame.scope.assignment_target(name).vars[name] = value
 
-    def _check_assignable(self, name: str, frame: Frame) -> None:
+    def check_assignable(self, name: str, frame: Frame) -> None:
+        """Raise if `name` cannot be assigned here: `args`, or a parameter of the procedure."""
         if name == RESERVED_ARGS:
             raise KediValueExecutionError(
                 "`args` is reserved for program arguments and cannot be assigned",
@@ -885,30 +619,6 @@ class _Namespace(dict[str, Any]):
             return default
 
 
-class Frame:
-    """The running state of one body: its scope, agent state and procedure name."""
-
-    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence", "check_result")
-
-    def __init__(self, scope: Scope, agent: AgentState, procedure: str | None) -> None:
-        self.scope = scope
-        self.agent = agent
-        self.procedure = procedure
-        self.scheduler: Scheduler | None = None
-        self.sequence = 0
-        self.check_result: Callable[[Any], Any] | None = None
-        """The procedure's return-type check, run by its `=` statements."""
-
-    def snapshot(self) -> Frame:
-        """A copy whose scope chain holds today's bindings (later writes do not show)."""
-        copy = Frame(self.scope.snapshot(), self.agent, self.procedure)
-        copy.check_result = self.check_result
-        return copy
-
-
-_PROFILE_MEMBERS = frozenset(
-    {"adapter", "model", "effort", "system", "settings", "history", "tools"}
-)
 _BUILTIN_SHADOW_SAFE = frozenset(
     {"str", "int", "float", "bool", "bytes", "object", "list", "dict", "tuple", "set"}
 )
@@ -939,51 +649,19 @@ def _source_text(expr: ast.TypeExpr) -> str:
     return f"{expr.base.name}[{', '.join(_source_text(a) for a in expr.args)}]"
 
 
-def history_policy_from(values: Mapping[str, Any]) -> HistoryPolicy:
-    """Validate the expanded `> history:` form."""
-    unknown = set(values) - set(SPECS["history"].keys)
-    if unknown:
-        raise ValueError(f"unknown `> history:` key(s): {', '.join(sorted(unknown))}")
-    if "enabled" not in values:
-        raise ValueError("`> history:` needs `enabled: true` or `enabled: false`")
-    enabled = values["enabled"]
-    if not isinstance(enabled, bool):
-        raise ValueError("`> history:` `enabled` must be true or false")
-    mode = values.get("compaction_mode")
-    if mode not in (None, "native", "disabled"):
-        raise ValueError("`compaction_mode` must be `native` or `disabled`")
-    threshold = values.get("compaction_threshold")
-    if threshold is not None:
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold <= 0:
-            raise ValueError("`compaction_threshold` must be a positive integer")
-        if mode == "disabled":
-            raise ValueError(
-                "`compaction_threshold` cannot be used with `compaction_mode: disabled`"
-            )
-    bounds = {}
-    for key in ("max_messages", "max_tokens"):
-        bound = values.get(key)
-        if bound is not None and (
-            isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
-        ):
-            raise ValueError(f"`{key}` must be a positive integer")
-        bounds[key] = bound
-    return HistoryPolicy(enabled, mode, threshold, **bounds)
-
-
 Interpreter._handlers = {
-    ast.Template: Interpreter._model_statement,
-    ast.RawInvoke: Interpreter._model_statement,
+    ast.Template: model_statement,
+    ast.RawInvoke: model_statement,
     ast.Assign: Interpreter._assign,
     ast.Return: Interpreter._return,
     ast.PythonStatement: Interpreter._python_statement,
     ast.PythonBlock: Interpreter._python_block,
     ast.Procedure: Interpreter._procedure,
     ast.CustomType: Interpreter._custom_type,
-    ast.Directive: Interpreter._directive,
-    ast.SystemDirective: Interpreter._system,
-    ast.Use: Interpreter._use,
-    ast.ProfileDef: Interpreter._profile,
+    ast.Directive: directive_statement,
+    ast.SystemDirective: system_statement,
+    ast.Use: use_statement,
+    ast.ProfileDef: profile_statement,
     ast.Import: Interpreter._import,
     ast.Export: Interpreter._declaration_only,
     ast.Package: Interpreter._declaration_only,

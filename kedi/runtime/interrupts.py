@@ -1,7 +1,8 @@
 """Ctrl-C during a run: stop within a second, at a safe point, and say where.
 
 `run_interruptibly` runs a program's coroutine on the thread's kedi event loop
-(`kedi.runtime.loops`) with its own SIGINT handler (installed only on the main thread). The first Ctrl-C
+(`kedi.runtime.loops`) with its own SIGINT handler (installed only on the main thread,
+and not when the process ignores SIGINT: see below). The first Ctrl-C
 
 - raises `KeyboardInterrupt` at once when embedded Python is running on the
   loop's thread (`python.running`), which stops `time.sleep(30)` or a long
@@ -15,6 +16,11 @@ write), so history never holds half a turn. The run then ends with
 second Ctrl-C ends the process at once with status 130. (Python runs signal
 handlers between bytecodes, so a single C call that holds the interpreter,
 such as `sum(range(10**12))`, finishes before either takes effect.)
+
+A process that ignores SIGINT (started under `nohup`, or as a background
+job of a non-interactive shell, or that set `SIG_IGN` itself) keeps ignoring
+it during a run, as `kedi batch` does and Unix programs do: such a run is
+stopped with SIGTERM or a kill.
 """
 
 from __future__ import annotations
@@ -76,12 +82,15 @@ def locate(span: Span | None) -> None:
 def run_interruptibly(start: Callable[[], Awaitable[T]]) -> T:
     """Run `start()` on the thread's kedi loop; a Ctrl-C ends it with `KediInterrupted`.
 
-    Off the main thread (where Python delivers no signals) no handler is installed.
+    Off the main thread (where Python delivers no signals) no handler is
+    installed, nor when SIGINT is ignored (`SIG_IGN`): the run keeps ignoring it.
     """
     if threading.current_thread() is not threading.main_thread():
         return run_on_thread_loop(start)
     global requested, _location
     requested, _location = False, None
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return run_on_thread_loop(start)
     previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
         return run_on_thread_loop(lambda: _main(start))

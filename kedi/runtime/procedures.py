@@ -20,9 +20,11 @@ the call fails with a `KediExecutionError` instead of exhausting the stack.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import sys
+import threading
 import warnings
 from ast import literal_eval as ast_literal
 from collections.abc import Mapping
@@ -122,12 +124,16 @@ class KediProcedure:
         depth = _DEPTH.get() + 1
         if depth > MAX_CALL_DEPTH:
             raise _too_deep()
-        _ensure_recursion_limit(depth)
+        if depth == 1:
+            _RECURSION_LIMIT.enter()
+        _RECURSION_LIMIT.fit(depth)
         depth_token = _DEPTH.set(depth)
         try:
             return await self._run(bound)
         finally:
             _DEPTH.reset(depth_token)
+            if depth == 1:
+                _RECURSION_LIMIT.leave()
 
     async def _run(self, bound: inspect.BoundArguments) -> Any:
         node = self.node
@@ -240,11 +246,53 @@ def _too_deep() -> KediExecutionError:
     return KediExecutionError(f"maximum call depth {MAX_CALL_DEPTH} exceeded{where}", frames=frames)
 
 
-def _ensure_recursion_limit(depth: int) -> None:
-    """Let Python's recursion limit fit `depth` nested Kedi calls (it only ever grows)."""
-    needed = 1000 + depth * _PYTHON_FRAMES_PER_CALL
-    if needed > sys.getrecursionlimit():
-        sys.setrecursionlimit(needed)
+class _RecursionLimit:
+    """Python's recursion limit: raised to fit nested Kedi calls, restored when none runs.
+
+    The limit is the process's: left raised, it changed what later code could
+    do (`kedi.compile` accepted embedded Python nested deeper than a fresh
+    `kedi check` did, as Python's compiler reads the limit). A chain of calls
+    (an outermost call and all it nests, in any thread) enters and leaves;
+    when the last chain leaves, the limit goes back to what it was, unless
+    someone else has changed it since kedi did.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chains = 0
+        self._before: int | None = None
+        """The limit before kedi raised it (None: kedi has not raised it)."""
+        self._raised_to = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self._chains += 1
+
+    def fit(self, depth: int) -> None:
+        """Let the limit fit `depth` nested Kedi calls (it grows while chains run)."""
+        needed = 1000 + depth * _PYTHON_FRAMES_PER_CALL
+        if needed <= sys.getrecursionlimit():
+            return
+        with self._lock:
+            current = sys.getrecursionlimit()
+            if needed > current:
+                if self._before is None:
+                    self._before = current
+                sys.setrecursionlimit(needed)
+                self._raised_to = needed
+
+    def leave(self) -> None:
+        with self._lock:
+            self._chains -= 1
+            if self._chains or self._before is None:
+                return
+            if sys.getrecursionlimit() == self._raised_to:
+                with contextlib.suppress(RecursionError):  # a caller deeper than the old limit
+                    sys.setrecursionlimit(self._before)
+            self._before = None
+
+
+_RECURSION_LIMIT = _RecursionLimit()
 
 
 def refuse_in_event_loop(advice: str) -> None:

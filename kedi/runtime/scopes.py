@@ -8,13 +8,17 @@ history, ...) is an immutable snapshot that a procedure captures where it is
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kedi.runtime.values import constant_text
+from kedi.source import Span
 from kedi.syntax import ast
+
+if TYPE_CHECKING:
+    from kedi.runtime.scheduler import Scheduler
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 UNBOUND: Any = object()
@@ -135,21 +139,36 @@ class AgentState:
     history: HistoryPolicy = HistoryPolicy()
     tools: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Tool name -> procedure or Python callable (merged by name, later wins)."""
+    setting_spans: Mapping[str, Span] = field(
+        default_factory=lambda: _EMPTY, compare=False, repr=False
+    )
+    """Where the program wrote each setting (`> settings:` rows); a caller's `settings=` have none.
+
+    Read only to locate an error: a setting the adapter in force does not take.
+    """
 
     def with_tools(self, updates: Mapping[str, Any]) -> AgentState:
         """Add tools by name (a later binding of a name wins)."""
         return replace(self, tools=MappingProxyType({**self.tools, **updates}))
 
-    def with_settings(self, updates: Mapping[str, Any]) -> AgentState:
-        """Merge settings by key (later keys win)."""
-        return replace(self, settings=MappingProxyType({**self.settings, **updates}))
+    def with_settings(
+        self, updates: Mapping[str, Any], spans: Mapping[str, Span] | None = None
+    ) -> AgentState:
+        """Merge settings by key (later keys win); `spans` says where the new ones were written."""
+        settings = MappingProxyType({**self.settings, **updates})
+        if not spans and not self.setting_spans:
+            return replace(self, settings=settings)
+        kept = {key: span for key, span in self.setting_spans.items() if key not in updates}
+        return replace(
+            self, settings=settings, setting_spans=MappingProxyType({**kept, **(spans or {})})
+        )
 
     def apply_profile(self, profile: AgentState, members: frozenset[str]) -> AgentState:
         """Overlay the members a profile sets (scalars replace, settings merge)."""
         state = self
         for name in members:
             if name == "settings":
-                state = state.with_settings(profile.settings)
+                state = state.with_settings(profile.settings, profile.setting_spans)
             elif name == "tools":
                 state = state.with_tools(profile.tools)
             else:
@@ -198,3 +217,28 @@ class Args:
 
     def __str__(self) -> str:
         return str(self._values)
+
+
+# (returned?, value) of running a body
+Outcome = tuple[bool, Any]
+
+
+class Frame:
+    """The running state of one body: its scope, agent state and procedure name."""
+
+    __slots__ = ("scope", "agent", "procedure", "scheduler", "sequence", "check_result")
+
+    def __init__(self, scope: Scope, agent: AgentState, procedure: str | None) -> None:
+        self.scope = scope
+        self.agent = agent
+        self.procedure = procedure
+        self.scheduler: Scheduler | None = None
+        self.sequence = 0
+        self.check_result: Callable[[Any], Any] | None = None
+        """The procedure's return-type check, run by its `=` statements."""
+
+    def snapshot(self) -> Frame:
+        """A copy whose scope chain holds today's bindings (later writes do not show)."""
+        copy = Frame(self.scope.snapshot(), self.agent, self.procedure)
+        copy.check_result = self.check_result
+        return copy

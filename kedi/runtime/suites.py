@@ -29,9 +29,9 @@ import anyio.to_thread
 from kedi.adapters.base import Usage
 from kedi.errors import KediError
 from kedi.runtime.calls import CallLayer
-from kedi.runtime.interpreter import Frame, Interpreter
+from kedi.runtime.interpreter import Interpreter
 from kedi.runtime.program import Program
-from kedi.runtime.scopes import AgentState
+from kedi.runtime.scopes import AgentState, Frame
 from kedi.syntax import ast
 
 USAGE: ContextVar[list[Usage] | None] = ContextVar("kedi_suite_usage", default=None)

@@ -300,6 +300,16 @@ async def test_output_retries_default_to_two() -> None:
     assert len(model.seen) == 3
 
 
+async def test_the_output_retries_setting_overrides_the_adapters_option() -> None:
+    """As on the openai and pydantic adapters, `> settings: output_retries:` applies per call."""
+    bad = [ai("", calls=[("Outputs", {"city": 1, "population": 2}, f"c{n}")]) for n in range(4)]
+    model = Scripted(replies=bad)
+    request = call("Capital?", output=CITY, settings={"output_retries": 0})
+    with pytest.raises(OutputValidationError, match="after 1 tries"):
+        await LangChainAdapter(model).request(request)
+    assert len(model.seen) == 1
+
+
 async def test_structured_output_with_tools_binds_the_schema_as_a_tool() -> None:
     log: list[Any] = []
     model = Scripted(
@@ -528,6 +538,22 @@ async def test_chat_model_errors_are_mapped(
     assert type(caught.value) is kind and caught.value.retryable is retryable
     assert "flow.kedi:4" in str(caught.value) and caught.value.__cause__ is error
     assert caught.value.partial is None
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (401, " rejected the credentials (HTTP 401): StatusError: HTTP 401 from the provider; "),
+        (404, ": model or endpoint not found (HTTP 404): StatusError: HTTP 404 from the provider"),
+        (429, " is rate limiting requests (HTTP 429): StatusError: HTTP 429 from the provider"),
+    ],
+)
+async def test_chat_model_errors_read_as_the_openai_adapters_do(status: int, words: str) -> None:
+    """The status named as the openai adapter names it (tests/adapters/test_openai_guards.py)."""
+    adapter = LangChainAdapter(Scripted(replies=[StatusError(status)]))
+    with pytest.raises(ProviderError) as caught:
+        await adapter.request(call("Hi", origin="flow.kedi:4"))
+    assert str(caught.value).startswith(f"chat model 'scripted' at flow.kedi:4{words}")
 
 
 def test_missing_extra_names_the_package_and_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from kedi.adapters.base import CallRequest, Exchange, ToolSpec
 from kedi.adapters.offline import OfflineAdapter, offline_text
 from kedi.errors import OutputValidationError
 from kedi.history import Message, estimate_tokens
+from kedi.redaction import redact_text
 from tests.adapters.helpers import CONVERSATION, RUN, call, spec
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +41,27 @@ def test_text_replies_differ_for_prompts_that_look_alike() -> None:
     assert offline_text("a  b") != offline_text("a b")
     assert offline_text("line one\nline two").startswith("[offline] line one line two… #")
     assert offline_text("Say hello") == offline_text("Say hello")
+
+
+SECRETS_CUT_SHORT = [
+    # (what stands at the 60th character, where the secret comes from)
+    ("sk-abcdefghijklmnopqrstuvwx", None),  # token-shaped: `sk-` and 12 more is a key
+    ("https://user:hunter2hunter2@example.test/v1", None),  # URL credentials, cut before `@`
+    ("Zq8vLm2Np4Rt6Xw9", "MY_SERVICE_TOKEN"),  # a known secret: an environment variable's
+]
+
+
+@pytest.mark.parametrize(("secret", "variable"), SECRETS_CUT_SHORT)
+def test_a_cut_never_leaves_a_secrets_prefix_that_redaction_misses(
+    secret: str, variable: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if variable is not None:
+        monkeypatch.setenv(variable, secret)
+    prompt = "x" * 52 + " " + secret + " and then some more words"
+    reply = offline_text(prompt)
+    assert secret[:4] not in reply  # the cut word is left out whole
+    assert reply.startswith("[offline] " + "x" * 52 + "… #")
+    assert redact_text(reply) == reply  # nothing for redaction to find either
 
 
 async def test_structured_reply_is_validated_captures_and_compact_json() -> None:

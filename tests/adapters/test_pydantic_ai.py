@@ -402,6 +402,24 @@ async def test_provider_errors_are_mapped(
     assert caught.value.partial is None  # nothing completed
 
 
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (401, " rejected the credentials (HTTP 401): bad key; check the API key of the model's"),
+        (404, ": model or endpoint not found (HTTP 404): bad key"),
+        (429, " is rate limiting requests (HTTP 429): bad key"),
+    ],
+)
+async def test_provider_errors_read_as_the_openai_adapters_do(status: int, words: str) -> None:
+    """The status named as the openai adapter names it (tests/adapters/test_openai_guards.py)."""
+    error = ModelHTTPError(status, "m", "bad key")
+    adapter = PydanticAdapter(Script(raising(error)).model())
+    with pytest.raises(ProviderError) as caught:
+        await adapter.request(call("Hi", origin="flow.kedi:3"))
+    assert str(caught.value).startswith(f"model {adapter.model_name!r} at flow.kedi:3{words}")
+    assert " failed" not in str(caught.value)
+
+
 async def test_misuse_of_pydantic_ai_is_an_adapter_error() -> None:
     script = Script(text("one"), text("two"))
     adapter = PydanticAdapter(script.model())

@@ -134,13 +134,21 @@ async def test_continuation_can_be_turned_off_and_server_conversations_are_never
     server: OpenAIServer, model: OpenAIResponsesModel
 ) -> None:
     adapter, conversation = PydanticAdapter(model), kedi.Conversation()
-    settings = {"openai_previous_response_id": False, "openai_conversation_id": "conv_old"}
+    settings = {"openai_previous_response_id": False}
     for message in ("one", "two"):
         await CHAT.run(
             args={"message": message}, adapter=adapter, conversation=conversation, settings=settings
         )
     assert sent(server) == [(["one"], None), (["one", "reply 1", "two"], None)]
-    assert all("conversation" not in body for body in server.bodies)
+    # A server conversation is not a setting the adapter takes: refused before anything is sent.
+    with pytest.raises(kedi.KediError, match="does not take the setting `openai_conversation_id`"):
+        await CHAT.run(
+            args={"message": "three"},
+            adapter=adapter,
+            conversation=conversation,
+            settings={"openai_conversation_id": "conv_old"},
+        )
+    assert len(server.bodies) == 2
 
 
 @dataclass

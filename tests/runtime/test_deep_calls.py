@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import pytest
 
+import kedi
 from kedi.errors import KediExecutionError
 from kedi.runtime import procedures
 from kedi.runtime.procedures import MAX_CALL_DEPTH
@@ -106,3 +108,50 @@ def test_procedure_passed_as_a_value_runs_through_a_thread() -> None:
 = `list(map(inc, [1, 2, 3]))`
 """
     assert run(source) == [2, 3, 4]
+
+
+DEEP_PYTHON = "= `" + "+".join(["1"] * 5000) + "`\n"
+"""Embedded Python nested deeper than CPython compiles at its default recursion limit."""
+
+
+def _compile_verdict() -> str:
+    try:
+        kedi.compile(DEEP_PYTHON)
+    except kedi.KediError as error:
+        return str(error)
+    return "compiled"
+
+
+def test_a_deep_run_leaves_the_recursion_limit_as_it_found_it() -> None:
+    """The limit is the process's: raised for the run's calls, it changed what compile accepted."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # a fresh process's (CPython's default)
+    try:
+        fresh = _compile_verdict()
+        assert "too deeply nested for Python to compile" in fresh
+        assert run(RECURSE_TO.format(depth=500)) == 500  # needs the limit raised past 20,000
+        assert sys.getrecursionlimit() == 1000
+        assert _compile_verdict() == fresh
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_a_limit_someone_else_set_during_a_run_is_kept() -> None:
+    limit = sys.getrecursionlimit()
+    source = """\
+@f(n: int) -> int:
+  = `n if n >= 100 else f(n + 1)`
+@g() -> int:
+  = ```
+  import sys
+  value = f(0)
+  sys.setrecursionlimit(123_456)
+  return value
+  ```
+= `g()`
+"""
+    try:
+        assert run(source) == 100
+        assert sys.getrecursionlimit() == 123_456  # not kedi's to undo
+    finally:
+        sys.setrecursionlimit(limit)

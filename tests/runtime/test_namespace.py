@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import kedi
-from kedi.runtime.interpreter import Frame, Interpreter
-from kedi.runtime.scopes import AgentState, Scope
+from kedi.runtime.interpreter import Interpreter
+from kedi.runtime.scopes import AgentState, Frame, Scope
 from kedi.source import SourceFile
 from tests.runtime.conftest import run
 
