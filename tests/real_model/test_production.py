@@ -1,0 +1,51 @@
+"""What a production user meets running kedi against a real llama.cpp server.
+
+Each test is one defect found by driving `kedi run` against the server the way
+a user does (the command line, a session, `--stream`), kept so it stays fixed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kedi_run(tmp_path: Path, url: str, source: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """`kedi run` in a fresh process (as a user runs it) on the `openai` adapter at `url`."""
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(source)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KEDI_BASE_URL": url,
+        "KEDI_HISTORY": str(tmp_path / "history.db"),
+    }
+    command = [sys.executable, "-m", "kedi", "run", str(flow), "--adapter", "openai"]
+    return subprocess.run(
+        [*command, "--model", "local", *options],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_capture_cut_off_at_max_tokens_names_the_setting(llama_url: str, tmp_path: Path) -> None:
+    source = (
+        "> settings:\n    temperature: 0\n    max_tokens: 6\n    output_retries: 0\n"
+        "~City(name: str, country: str)\n>> Name a big city in France: [city: City].\n"
+        "= `city.name`\n"
+    )
+    result = kedi_run(tmp_path, llama_url, source, "--structured-mode", "json_object")
+    assert result.returncode == 1, result.stderr
+    assert 'cut off at the max_tokens limit (finish_reason "length")' in result.stderr
+    assert "raise the max_tokens setting (6)" in result.stderr
