@@ -116,11 +116,6 @@ def _output_failed(error: OSError) -> NoReturn:
     sys.exit(EXIT_OUTPUT_FAILED)
 
 
-def _stderr_text(text: str) -> None:
-    # `--stream` text goes to stderr, so stdout stays the program's result with or without it.
-    click.echo(text, nl=False, err=True)
-
-
 def _fail(error: KediError, hints: Sequence[str] = ()) -> NoReturn:
     from kedi.cli_output import render_error
 
@@ -341,6 +336,7 @@ def _run(
         read_options,
         unknown_option_error,
     )
+    from kedi.cli_output import end_streamed_line, stream_text
     from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.interrupts import KediInterrupted
@@ -375,7 +371,7 @@ def _run(
                     else Transcript(transcript, full=transcript_full),
                     parallel=workers,
                     quiet=quiet,
-                    on_delta=_stderr_text if stream else None,
+                    on_delta=stream_text if stream else None,
                     conversation=conversation,
                     recorder=stored.recorder if stored else None,
                 )
@@ -406,8 +402,7 @@ def _run(
     except KediInterrupted as stop:
         _stop(stop)
     finally:
-        if stream:
-            click.echo(err=True)  # end the streamed text's line
+        end_streamed_line()
     if result is not None:
         click.echo(render(result))
 

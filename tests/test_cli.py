@@ -138,6 +138,6 @@ def test_stream_on_the_offline_and_script_models_shows_the_reply_in_one_piece(
         main, ["run", str(flow), "--quiet", "--stream", "--model", f"script:{script}"]
     )
     assert scripted.exit_code == 0, scripted.output
-    assert (scripted.stdout, scripted.stderr) == ("Hi!\n", "Hi!short\n")
+    assert (scripted.stdout, scripted.stderr) == ("Hi!\n", "Hi!\nshort\n")  # one line per call
     plain = CliRunner().invoke(main, ["run", str(flow), "--quiet", "--model", f"script:{script}"])
     assert (plain.stdout, plain.stderr) == ("Hi!\n", "")

@@ -503,7 +503,9 @@ class OpenAIAdapter(Adapter):
             raise _Retry(ProviderError(self._cut_off(received, str(why)), retryable=True)) from None
         except (ValueError, RecursionError):
             raise self._malformed("a chat completion") from None
-        return _Reply(message, reply_usage(data.get("usage")), data["choices"][0].get("finish_reason"))
+        return _Reply(
+            message, reply_usage(data.get("usage")), data["choices"][0].get("finish_reason")
+        )
 
     async def _read_stream(self, reader: BodyReader, deltas: _Deltas | None) -> _Reply:
         stream = StreamAccumulator()

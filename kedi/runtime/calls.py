@@ -165,6 +165,8 @@ class CallLayer:
     ) -> None:
         self.on_delta = on_delta
         """Streaming sink: text calls pass each piece of reply text to it as it arrives."""
+        self._streamed = False
+        """Whether a call of the run has passed text to `on_delta` yet."""
         self.run_id = run_id or new_id()
         """The run's id, stamped on every message its calls add (C8)."""
         self.added: list[Any] = []
@@ -188,6 +190,25 @@ class CallLayer:
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
         self._noticed = False
+
+    def _call_delta(self, on_delta: Callable[[str], None]) -> Callable[[str], None]:
+        """`on_delta` for one call: its text after a line break when an earlier call streamed.
+
+        Without it the replies of two calls read as one (`Hi there.Bye.`), as a
+        retry's would, which is why a retry starts after a line break too.
+        """
+        first = True
+
+        def deliver(text: str) -> None:
+            nonlocal first
+            if first and text:
+                first = False
+                if self._streamed:
+                    text = "\n" + text
+                self._streamed = True
+            on_delta(text)
+
+        return deliver
 
     # ------------------------------------------------------------------ adapters
 
@@ -334,7 +355,7 @@ class CallLayer:
             # Text calls stream their reply; structured calls only the text of their `str` captures.
             on_delta=None
             if self.on_delta is None or (output is not None and not output.text_fields)
-            else self.on_delta,
+            else self._call_delta(self.on_delta),
             on_exchange=None
             if transcript is None
             else _exchange_sink(

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.real_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def kedi_run(tmp_path: Path, url: str, source: str, *options: str) -> subprocess.CompletedProcess[str]:
+def kedi_run(
+    tmp_path: Path, url: str, source: str, *options: str
+) -> subprocess.CompletedProcess[str]:
     """`kedi run` in a fresh process (as a user runs it) on the `openai` adapter at `url`."""
     flow = tmp_path / "flow.kedi"
     flow.write_text(source)
