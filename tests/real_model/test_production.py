@@ -51,3 +51,18 @@ def test_a_capture_cut_off_at_max_tokens_names_the_setting(llama_url: str, tmp_p
     assert result.returncode == 1, result.stderr
     assert 'cut off at the max_tokens limit (finish_reason "length")' in result.stderr
     assert "raise the max_tokens setting (6)" in result.stderr
+
+
+def test_a_streamed_run_shows_one_line_per_call_and_nothing_else(
+    llama_url: str, tmp_path: Path
+) -> None:
+    source = (
+        "> settings:\n    temperature: 0\n    max_tokens: 8\n"
+        "[a] << Say hi.\n[b] << Say bye.\n= <b>\n"
+    )
+    result = kedi_run(tmp_path, llama_url, source, "--stream", "--no-store")
+    assert result.returncode == 0, result.stderr
+    assert "Task was destroyed" not in result.stderr
+    # The first call's reply, a line break, the second's (the result).
+    first, _, second = result.stderr.partition("\n")
+    assert first and second == result.stdout
