@@ -327,6 +327,8 @@ def _run(
     structured_mode: str | None,
     **session_options: Any,
 ) -> None:
+    from functools import partial
+
     from kedi.adapters.endpoint import command_line_options
     from kedi.cli_history import SessionOptions, resume_arguments, run_session
     from kedi.cli_options import (
@@ -351,17 +353,21 @@ def _run(
     refused = unknown_option_error(given, read, path)
     if refused is not None:
         raise click.UsageError(refused)
-    endpoint = command_line_options(
-        base_url=base_url, api_key_env=api_key_env, structured_mode=structured_mode
+    endpoint = partial(
+        command_line_options,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        structured_mode=structured_mode,
     )
     stored = None
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
-        check_default_model(adapter, model)
+        with endpoint():  # the adapter built now must see --base-url and --api-key-env too
+            check_default_model(adapter, model)
         stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
         try:
-            with endpoint:
+            with endpoint():
                 result = program.run_sync(
                     args=given,
                     adapter=adapter,

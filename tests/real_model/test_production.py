@@ -19,20 +19,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def kedi_run(
-    tmp_path: Path, url: str, source: str, *options: str
+    tmp_path: Path, url: str, source: str, *options: str, adapter: str = "openai"
 ) -> subprocess.CompletedProcess[str]:
-    """`kedi run` in a fresh process (as a user runs it) on the `openai` adapter at `url`."""
+    """`kedi run` in a fresh process (as a user runs it) through `adapter` to the server at `url`.
+
+    No key is set: a local server needs none.
+    """
     flow = tmp_path / "flow.kedi"
     flow.write_text(source)
     env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "KEDI_BASE_URL": url,
-        "KEDI_HISTORY": str(tmp_path / "history.db"),
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("OPENAI_API_KEY", "KEDI_API_KEY_ENV", "OPENAI_BASE_URL", "KEDI_BASE_URL")
     }
-    command = [sys.executable, "-m", "kedi", "run", str(flow), "--adapter", "openai"]
+    env.update(PYTHONPATH=str(ROOT), KEDI_HISTORY=str(tmp_path / "history.db"))
+    model = "local" if adapter == "openai" else "openai:local"
+    command = [sys.executable, "-m", "kedi", "run", str(flow), "--adapter", adapter]
     return subprocess.run(
-        [*command, "--model", "local", *options],
+        [*command, "--model", model, "--base-url", url, *options],
         capture_output=True,
         text=True,
         env=env,
@@ -66,3 +70,13 @@ def test_a_streamed_run_shows_one_line_per_call_and_nothing_else(
     # The first call's reply, a line break, the second's (the result).
     first, _, second = result.stderr.partition("\n")
     assert first and second == result.stdout
+
+
+@pytest.mark.parametrize("adapter", ["pydantic", "langchain"])
+def test_base_url_on_the_command_line_reaches_the_server_with_no_key(
+    adapter: str, llama_url: str, tmp_path: Path
+) -> None:
+    source = "> settings:\n    temperature: 0\n    max_tokens: 8\n[a] << Say hi.\n= <a>\n"
+    result = kedi_run(tmp_path, llama_url, source, "--no-store", adapter=adapter)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
