@@ -651,9 +651,13 @@ def import_(file: str, name: str | None) -> None:
 )
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
+@click.option("--adapter", help="Default adapter (default: the session's last call's).")
+@click.option("--model", help="Default model (default: the session's last call's).")
 @click.pass_context
 @_guard
-def explain(ctx: click.Context, file: str, session: str) -> None:
+def explain(
+    ctx: click.Context, file: str, session: str, adapter: str | None, model: str | None
+) -> None:
     """What FILE's next model call, continuing SESSION, would send: lane, messages after processors, instructions.
 
     Options after FILE that kedi does not own become the program's `args`, as with `kedi run`.
@@ -662,4 +666,6 @@ def explain(ctx: click.Context, file: str, session: str) -> None:
     from kedi.cli_history_io import explain_next
 
     with _opened() as store:
-        click.echo(explain_next(store, file, session, program_arguments(ctx.args)))
+        click.echo(
+            explain_next(store, file, session, program_arguments(ctx.args), adapter, model)
+        )

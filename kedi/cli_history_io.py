@@ -125,8 +125,20 @@ class _Explained(BaseException):
         self.text = text
 
 
-def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | None = None) -> str:
-    """What the first model call of `file`, continuing `session`, would send."""
+def explain_next(
+    store: Store,
+    file: str,
+    session: str,
+    args: dict[str, Any] | None = None,
+    adapter: str | None = None,
+    model: str | None = None,
+) -> str:
+    """What the first model call of `file`, continuing `session`, would send.
+
+    `adapter` and `model` are the defaults `kedi run --adapter/--model` sets;
+    neither given, those of the session's last call: the session was most
+    likely run with them, and the offline model would explain another lane.
+    """
     from kedi.runtime.program import compile_program
     from kedi.runtime.sessions import SessionRecorder, render_request
 
@@ -156,9 +168,20 @@ def explain_next(store: Store, file: str, session: str, args: dict[str, Any] | N
             ]
             raise _Explained("\n".join(lines))
 
+    if adapter is None and model is None:
+        last = [batch[-1].lane for batch in store.turn_summaries(info.id) if batch]
+        if last:
+            adapter, model = last[-1].adapter, last[-1].model
     recorder = Explainer(None, info.id, 0, record=False)
     try:
-        program.run_sync(args=args or {}, conversation=conversation, recorder=recorder, quiet=True)
+        program.run_sync(
+            args=args or {},
+            adapter=adapter,
+            model=model,
+            conversation=conversation,
+            recorder=recorder,
+            quiet=True,
+        )
     except _Explained as stop:
         return stop.text
     except BaseExceptionGroup as group:  # a parallel run wraps it
