@@ -666,6 +666,4 @@ def explain(
     from kedi.cli_history_io import explain_next
 
     with _opened() as store:
-        click.echo(
-            explain_next(store, file, session, program_arguments(ctx.args), adapter, model)
-        )
+        click.echo(explain_next(store, file, session, program_arguments(ctx.args), adapter, model))
