@@ -774,6 +774,13 @@ class _Call:
                 partial=self.turn.partial("decode"),
             )
         self.retries -= 1
+        logger.info(
+            "kedi: the reply to the call%s did not validate; asking again (retry %d of %d): %s",
+            _at(self.request),
+            self.options.output_retries - self.retries,
+            self.options.output_retries,
+            self._rejection,
+        )
 
 
 # --------------------------------------------------------------------------- HTTP helpers

@@ -8,6 +8,7 @@ must say so too, or the retry is cut off in the same place.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -76,3 +77,21 @@ def test_a_cut_off_reply_that_still_validates_is_the_value(server: OpenAIServer)
     whole = '{"city": {"name": "Paris", "country": "France"}}'
     server.add(Reply(body=completion(whole, finish_reason="length")))
     assert CITY.run_sync(adapter=adapter(server)) == "Paris"
+
+
+def test_a_reply_sent_back_for_correction_is_logged_at_info(
+    server: OpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`kedi run -v` shows output retries as it shows HTTP retries (a user sees why a call is slow)."""
+    whole = '{"city": {"name": "Paris", "country": "France"}}'
+    server.add(
+        Reply(body=completion(CUT, finish_reason="length")),
+        Reply(body=completion(whole)),
+    )
+    with caplog.at_level(logging.INFO, logger="kedi"):
+        assert CITY.run_sync(adapter=adapter(server)) == "Paris"
+    (record,) = [r for r in caplog.records if "did not validate" in r.getMessage()]
+    assert record.getMessage().startswith(
+        "kedi: the reply to the call at city.kedi:4 did not validate; asking again (retry 1 of 2): "
+    )
+    assert "cut off at the max_tokens limit" in record.getMessage()
