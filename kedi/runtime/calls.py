@@ -27,7 +27,7 @@ from kedi.adapters.base import (
     Usage,
     build_request,
 )
-from kedi.errors import CapabilityError, KediConfigError, KediUsageError
+from kedi.errors import CapabilityError, ContextLengthError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
 from kedi.redaction import logger, redact
@@ -377,11 +377,16 @@ class CallLayer:
         """Check and send one request to its adapter (within the parallel limiter)."""
         if not adapter.checks_requests:
             adapter.check(request)
-        if self.limiter is None:
-            result = await adapter.request(request)
-        else:
-            async with self.limiter:
+        try:
+            if self.limiter is None:
                 result = await adapter.request(request)
+            else:
+                async with self.limiter:
+                    result = await adapter.request(request)
+        except ContextLengthError as error:
+            if request.history:
+                _hint_history_bounds(error, len(request.history))
+            raise
         # A call that outlived its cancel scope (a tool blocking in its thread past the
         # deadline) must not commit: a cancelled call commits nothing, store or lane.
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -462,6 +467,20 @@ def _exchange_sink(
         )
 
     return record
+
+
+def _hint_history_bounds(error: ContextLengthError, messages: int) -> None:
+    """End `error`'s message with how to bound the history its request carried.
+
+    A stored session grows with every run until each call overflows the
+    window; the server's text says nothing of kedi's bounds. The error is
+    changed in place, so its class, status, partial and cause stay.
+    """
+    error.message = (
+        f"{error.message.rstrip('.')}; the request carried {messages} messages of history: "
+        "bound them with `> history:` and `max_messages: N` or `max_tokens: N` (docs/history.md)"
+    )
+    error.args = (error.message,)
 
 
 def _rest(event: PromptEvent) -> tuple[Any, ...]:

@@ -80,3 +80,17 @@ def test_base_url_on_the_command_line_reaches_the_server_with_no_key(
     result = kedi_run(tmp_path, llama_url, source, "--no-store", adapter=adapter)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
+
+
+def test_a_call_over_the_context_window_with_history_names_the_bounds(
+    llama_url: str, tmp_path: Path
+) -> None:
+    long = "the cat sat on the mat and " * 400  # about 2,800 tokens, over n_ctx 2048
+    source = (
+        "> history: enabled\n> settings:\n    temperature: 0\n    max_tokens: 4\n"
+        f"[a] << Say hi.\n[b] << Summarise: {long}\n= <b>\n"
+    )
+    result = kedi_run(tmp_path, llama_url, source, "--no-store")
+    assert result.returncode == 1
+    assert "ContextLengthError" in result.stderr and "maximum context length" in result.stderr
+    assert "messages of history: bound them with `> history:`" in result.stderr
