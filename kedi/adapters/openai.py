@@ -851,8 +851,12 @@ def _mode_hint(plan: _Plan) -> str:
 def _not_found_hint(base_url: str, code: str) -> str:
     """What a 404 from `POST {base_url}/chat/completions` most likely means."""
     endpoint = f"POST {base_url}/chat/completions"
-    if code == "model_not_found" or httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
+    path = httpx.URL(base_url).path.rstrip("/")
+    if code == "model_not_found" or path.endswith("/v1"):
         return f" ({endpoint})"
+    if path.endswith("/chat/completions"):  # the endpoint pasted as the base URL
+        given = base_url.removesuffix("/chat/completions")
+        return f" ({endpoint}; the base URL ends in /chat/completions: give it without, as {given})"
     return f" ({endpoint}; is `/v1` missing from the base URL?)"
 
 
