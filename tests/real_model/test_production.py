@@ -94,3 +94,28 @@ def test_a_call_over_the_context_window_with_history_names_the_bounds(
     assert result.returncode == 1
     assert "ContextLengthError" in result.stderr and "maximum context length" in result.stderr
     assert "messages of history: bound them with `> history:`" in result.stderr
+
+
+def test_a_batch_against_a_wrong_endpoint_stops_at_the_first_row(
+    llama_url: str, tmp_path: Path
+) -> None:
+    program = tmp_path / "label.kedi"
+    program.write_text("> settings:\n    max_tokens: 4\n[x] << Label `args.text`\n= <x>\n")
+    inputs = tmp_path / "rows.jsonl"
+    inputs.write_text("".join(f'{{"text": "row {n}"}}\n' for n in range(5)))
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(tmp_path / "h.db")}
+    command = [sys.executable, "-m", "kedi", "batch", str(program), str(inputs), "--out", str(out)]
+    without_v1 = llama_url.removesuffix("/v1")  # llama.cpp answers 404 there
+    options = ["--adapter", "openai", "--model", "local", "--base-url", without_v1]
+    result = subprocess.run(
+        [*command, *options, "--parallel", "1", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "stopped: row 0 failed with ModelNotFoundError" in result.stderr
+    assert len(out.read_text().splitlines()) == 1
