@@ -116,11 +116,6 @@ def _output_failed(error: OSError) -> NoReturn:
     sys.exit(EXIT_OUTPUT_FAILED)
 
 
-def _stderr_text(text: str) -> None:
-    # `--stream` text goes to stderr, so stdout stays the program's result with or without it.
-    click.echo(text, nl=False, err=True)
-
-
 def _fail(error: KediError, hints: Sequence[str] = ()) -> NoReturn:
     from kedi.cli_output import render_error
 
@@ -332,6 +327,8 @@ def _run(
     structured_mode: str | None,
     **session_options: Any,
 ) -> None:
+    from functools import partial
+
     from kedi.adapters.endpoint import command_line_options
     from kedi.cli_history import SessionOptions, resume_arguments, run_session
     from kedi.cli_options import (
@@ -341,6 +338,7 @@ def _run(
         read_options,
         unknown_option_error,
     )
+    from kedi.cli_output import end_streamed_line, stream_text
     from kedi.runtime.calls import Transcript
     from kedi.runtime.config import parse_parallel
     from kedi.runtime.interrupts import KediInterrupted
@@ -355,17 +353,21 @@ def _run(
     refused = unknown_option_error(given, read, path)
     if refused is not None:
         raise click.UsageError(refused)
-    endpoint = command_line_options(
-        base_url=base_url, api_key_env=api_key_env, structured_mode=structured_mode
+    endpoint = partial(
+        command_line_options,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        structured_mode=structured_mode,
     )
     stored = None
     try:
         workers = parse_parallel(parallel)
         program = compile_program(source, path=path)
-        check_default_model(adapter, model)
+        with endpoint():  # the adapter built now must see --base-url and --api-key-env too
+            check_default_model(adapter, model)
         stored, conversation = run_session(SessionOptions(**session_options), program, path, model)
         try:
-            with endpoint:
+            with endpoint():
                 result = program.run_sync(
                     args=given,
                     adapter=adapter,
@@ -375,7 +377,7 @@ def _run(
                     else Transcript(transcript, full=transcript_full),
                     parallel=workers,
                     quiet=quiet,
-                    on_delta=_stderr_text if stream else None,
+                    on_delta=stream_text if stream else None,
                     conversation=conversation,
                     recorder=stored.recorder if stored else None,
                 )
@@ -406,8 +408,7 @@ def _run(
     except KediInterrupted as stop:
         _stop(stop)
     finally:
-        if stream:
-            click.echo(err=True)  # end the streamed text's line
+        end_streamed_line()
     if result is not None:
         click.echo(render(result))
 

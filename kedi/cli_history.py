@@ -524,34 +524,23 @@ def _turn_json(turn: TurnRecord) -> dict[str, Any]:
 @_guard
 def diff(first: str, second: str) -> None:
     """Where two sessions (or a session and its fork) first diverge."""
+    import difflib
+
     with _opened() as store:
         a, b = store.session(first), store.session(second)
         left, right = store.turns(a.id), store.turns(b.id)
     for index, (x, y) in enumerate(zip(left, right, strict=False)):
-        if (x.lane, x.request, x.messages) != (y.lane, y.request, y.messages):
+        said_x, said_y = _what_was_said(x), _what_was_said(y)
+        if said_x != said_y:
             click.echo(
                 f"first divergence at turn {index + 1} ({x.origin or '?'} vs {y.origin or '?'}):"
             )
-            import difflib
-
-            show_a = json.dumps(
-                {"lane": x.lane.label(), "request": x.request, "messages": x.messages},
-                indent=2,
-                sort_keys=True,
-                ensure_ascii=False,
-            )
-            show_b = json.dumps(
-                {"lane": y.lane.label(), "request": y.request, "messages": y.messages},
-                indent=2,
-                sort_keys=True,
-                ensure_ascii=False,
+            show_a, show_b = (
+                json.dumps(said, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+                for said in (said_x, said_y)
             )
             click.echo(
-                "\n".join(
-                    difflib.unified_diff(
-                        show_a.splitlines(), show_b.splitlines(), a.label, b.label, lineterm=""
-                    )
-                )
+                "\n".join(difflib.unified_diff(show_a, show_b, a.label, b.label, lineterm=""))
             )
             sys.exit(1)
     if len(left) != len(right):
@@ -561,6 +550,38 @@ def diff(first: str, second: str) -> None:
         )
         sys.exit(1)
     click.echo(f"no divergence: both have the same {len(left)} turns")
+
+
+_STAMPS = frozenset(
+    {"runId", "conversationId", "run_id", "conversation_id", "timestamp", "metadata"}
+)
+"""Keys kedi or a framework stamps on each message: the run's ids, the time (and kedi's
+ids in Pydantic AI's `metadata`); they differ between any two sessions."""
+
+
+def _what_was_said(turn: TurnRecord) -> dict[str, Any]:
+    """A turn's lane, request and messages without what differs between any two runs.
+
+    The ids and times stamped on messages, the history digest (it covers those
+    ids; the turns before agree, so the history does) and the request's
+    source line (moved code is no divergence, as for `--replay`).
+    """
+    request = {key: value for key, value in turn.request.items() if key != "origin"}
+    if isinstance(request.get("history"), dict):
+        request["history"] = {k: v for k, v in request["history"].items() if k != "digest"}
+    return {
+        "lane": turn.lane.label(),
+        "request": request,
+        "messages": _unstamped(turn.messages),
+    }
+
+
+def _unstamped(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _unstamped(v) for k, v in value.items() if k not in _STAMPS}
+    if isinstance(value, list):
+        return [_unstamped(item) for item in value]
+    return value
 
 
 @history.command("rm")
@@ -642,9 +663,15 @@ def import_(file: str, name: str | None) -> None:
 )
 @click.argument("file")
 @click.option("--session", "session", required=True, help="The session whose next call to explain.")
-@click.option("--adapter", envvar="KEDI_ADAPTER", help="Adapter, as for `kedi run`.")
 @click.option(
-    "--model", envvar="KEDI_MODEL", help="Model, as for `kedi run` (its lane is explained)."
+    "--adapter",
+    envvar="KEDI_ADAPTER",
+    help="Adapter, as for `kedi run` (default: the session's last call's).",
+)
+@click.option(
+    "--model",
+    envvar="KEDI_MODEL",
+    help="Model, as for `kedi run` (default: the session's last call's).",
 )
 @click.pass_context
 @_guard

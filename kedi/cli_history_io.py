@@ -136,7 +136,9 @@ def explain_next(
 ) -> str:
     """What the first model call of `file`, continuing `session`, would send.
 
-    `adapter` and `model` are the defaults `kedi run` would take from its options.
+    `adapter` and `model` are the defaults `kedi run --adapter/--model` sets;
+    neither given, those of the session's last call: the session was most
+    likely run with them, and the offline model would explain another lane.
     """
     from kedi.runtime.program import compile_program
     from kedi.runtime.sessions import SessionRecorder, render_request
@@ -167,6 +169,10 @@ def explain_next(
             ]
             raise _Explained("\n".join(lines))
 
+    if adapter is None and model is None:
+        last = [batch[-1].lane for batch in store.turn_summaries(info.id) if batch]
+        if last:
+            adapter, model = last[-1].adapter, last[-1].model
     recorder = Explainer(None, info.id, 0, record=False)
     try:
         program.run_sync(

@@ -330,6 +330,7 @@ class OpenAIAdapter(Adapter):
                 error.partial = turn.partial("model")
                 raise
             message = assistant_message(turn, reply.message)
+            call.cut_off = reply.finish_reason == "length"
             before = turn.usage
             turn.respond(message, report=False)  # reported once validated (`report_reply`)
             call.replied(message)
@@ -504,7 +505,9 @@ class OpenAIAdapter(Adapter):
             raise _Retry(ProviderError(self._cut_off(received, str(why)), retryable=True)) from None
         except (ValueError, RecursionError):
             raise self._malformed("a chat completion") from None
-        return _Reply(message, reply_usage(data.get("usage")))
+        return _Reply(
+            message, reply_usage(data.get("usage")), data["choices"][0].get("finish_reason")
+        )
 
     async def _read_stream(self, reader: BodyReader, deltas: _Deltas | None) -> _Reply:
         stream = StreamAccumulator()
@@ -534,7 +537,7 @@ class OpenAIAdapter(Adapter):
                 else "the stream held no reply"
             )
             raise _Retry(ProviderError(self._cut_off(reader.received, why), retryable=True))
-        return _Reply(stream.message(), reply_usage(stream.usage))
+        return _Reply(stream.message(), reply_usage(stream.usage), stream.finish_reason)
 
     def _cut_off(self, received: int, why: str) -> str:
         return f"{self.base_url}: reply cut off after {received} bytes ({why})"
@@ -572,6 +575,11 @@ _Deltas = Callable[[StreamAccumulator, str], None]
 _CONTINUE = object()
 """`_Call.handle` result: the call needs another model request."""
 
+_CUT_OFF = (
+    'the reply was cut off at the max_tokens limit (finish_reason "length") before it was '
+    "complete: answer more briefly"
+)
+
 
 @dataclass
 class _Plan:
@@ -607,6 +615,8 @@ class _Call:
         self._sent: tuple[JSONDict, ...] = ()
         self._reply: JSONDict | None = None
         self._rejection: str | None = None
+        self.cut_off = False
+        """Whether the last reply ended at the max_tokens limit (`finish_reason: "length"`)."""
         self._capture = capture_text(plan.spec if plan is not None else None, request.on_delta)
 
     def deltas(self) -> _Deltas | None:
@@ -722,7 +732,7 @@ class _Call:
         try:
             value = decode_outputs(plan.spec, outputs[0].args or "{}")
         except ValidationError as error:
-            problems = validation_problems(error)
+            problems = self._with_cause(validation_problems(error))
             # Close every output call with the errors, so the retry stays pair-valid.
             self._close(outputs, correction_text(problems, plan.spec), failed=True)
             self._spend_retry(problems)
@@ -744,20 +754,35 @@ class _Call:
 
     def _correct(self, problems: list[str], plan: _Plan) -> None:
         """Send `problems` back to the model in a user message, spending one retry."""
+        problems = self._with_cause(problems)
         self._spend_retry(problems)
         self.turn.add(self.turn.stamp(role="user", content=correction_text(problems, plan.spec)))
+
+    def _with_cause(self, problems: list[str]) -> list[str]:
+        """`problems`, and that the reply was unfinished if `max_tokens` cut it off."""
+        # The model is told to answer more briefly; the user's error names the setting.
+        return [*problems, _CUT_OFF] if self.cut_off else problems
 
     def _spend_retry(self, problems: list[str]) -> None:
         """Spend one output retry on `problems`, or raise when none is left."""
         self._rejection = "; ".join(problems)
         if self.retries == 0:
             attempts = self.options.output_retries + 1
+            limit = self.options.params.get("max_tokens")
+            hint = f"; raise the max_tokens setting ({limit})" if self.cut_off else ""
             raise OutputValidationError(
                 f"the reply to the call{_at(self.request)} did not validate after "
-                f"{attempts} attempt{'s' if attempts > 1 else ''}: {'; '.join(problems)}",
+                f"{attempts} attempt{'s' if attempts > 1 else ''}: {'; '.join(problems)}{hint}",
                 partial=self.turn.partial("decode"),
             )
         self.retries -= 1
+        logger.info(
+            "kedi: the reply to the call%s did not validate; asking again (retry %d of %d): %s",
+            _at(self.request),
+            self.options.output_retries - self.retries,
+            self.options.output_retries,
+            self._rejection,
+        )
 
 
 # --------------------------------------------------------------------------- HTTP helpers
@@ -779,6 +804,8 @@ class _Reply:
     message: Any
     """The reply's assistant `message` object (not yet checked)."""
     usage: Usage | None
+    finish_reason: Any = None
+    """Why the model stopped, as the server said (`"length"`: `max_tokens` cut it off)."""
 
 
 class _ShapeRejected(Exception):
@@ -826,8 +853,12 @@ def _mode_hint(plan: _Plan) -> str:
 def _not_found_hint(base_url: str, code: str) -> str:
     """What a 404 from `POST {base_url}/chat/completions` most likely means."""
     endpoint = f"POST {base_url}/chat/completions"
-    if code == "model_not_found" or httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
+    path = httpx.URL(base_url).path.rstrip("/")
+    if code == "model_not_found" or path.endswith("/v1"):
         return f" ({endpoint})"
+    if path.endswith("/chat/completions"):  # the endpoint pasted as the base URL
+        given = base_url.removesuffix("/chat/completions")
+        return f" ({endpoint}; the base URL ends in /chat/completions: give it without, as {given})"
     return f" ({endpoint}; is `/v1` missing from the base URL?)"
 
 

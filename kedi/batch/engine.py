@@ -155,6 +155,11 @@ class _Window:
         self._changed = anyio.Event()
 
 
+JOB_WIDE_ERRORS = frozenset({"AuthenticationError", "ModelNotFoundError", "KediConfigError"})
+"""Errors a row meets that every row would meet (a wrong key, an unknown model, a bad
+configuration): the first stops dispatching, instead of one failed request per row."""
+
+
 async def run_batch(
     *,
     job: str,
@@ -173,13 +178,20 @@ async def run_batch(
     results = OrderedResults(out)
     window = _Window()
     stopped: str | None = None
+    job_wide: str | None = None  # why every other row would fail too, once a row met it
     in_flight: dict[str, int] = {}  # key -> input position of the rows started and not yet written
 
     async def run_one(row: Row) -> None:
+        nonlocal job_wide
         try:
             outcome = await engine.run_row(row)
         finally:
             window.leave()
+        if outcome.error is not None and outcome.error.get("type") in JOB_WIDE_ERRORS:
+            job_wide = job_wide or (
+                f"stopped: row {row.key} failed with {outcome.error['type']}, which every row "
+                "would meet; fix it and run the same command again with --retry-errors"
+            )
         counts.ran += 1
         counts.failed += outcome.failed
         counts.tokens += outcome.usage.get("input_tokens", 0) + outcome.usage.get(
@@ -200,6 +212,10 @@ async def run_batch(
                     results.put(replace(known, position=row.position))
                     continue
                 await window.enter(engine.concurrency())
+                if job_wide is not None:
+                    window.leave()
+                    stopped = job_wide
+                    break
                 if max_errors is not None and counts.failed >= max_errors:
                     window.leave()
                     stopped = (

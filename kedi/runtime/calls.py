@@ -28,7 +28,7 @@ from kedi.adapters.base import (
     Usage,
     build_request,
 )
-from kedi.errors import CapabilityError, KediConfigError, KediUsageError
+from kedi.errors import CapabilityError, ContextLengthError, KediConfigError, KediUsageError
 from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
 from kedi.redaction import logger, redact
@@ -167,8 +167,8 @@ class CallLayer:
     ) -> None:
         self.on_delta = on_delta
         """Streaming sink: text calls pass each piece of reply text to it as it arrives."""
-        self.streamed = False
-        """Whether a call has streamed text yet: the next call's text starts on a new line."""
+        self._streamed = False
+        """Whether a call of the run has passed text to `on_delta` yet."""
         self.run_id = run_id or new_id()
         """The run's id, stamped on every message its calls add (C8)."""
         self.added: list[Any] = []
@@ -192,6 +192,25 @@ class CallLayer:
         self._tool_builder: ToolBuilder | None = None
         self._plans: dict[int, tuple[AgentState, AgentPlan]] = {}
         self._noticed = False
+
+    def _call_delta(self, on_delta: Callable[[str], None]) -> Callable[[str], None]:
+        """`on_delta` for one call: its text after a line break when an earlier call streamed.
+
+        Without it the replies of two calls read as one (`Hi there.Bye.`), as a
+        retry's would, which is why a retry starts after a line break too.
+        """
+        first = True
+
+        def deliver(text: str) -> None:
+            nonlocal first
+            if first and text:
+                first = False
+                if self._streamed:
+                    text = "\n" + text
+                self._streamed = True
+            on_delta(text)
+
+        return deliver
 
     # ------------------------------------------------------------------ adapters
 
@@ -284,25 +303,6 @@ class CallLayer:
             )
         return result.value
 
-    def _call_delta(self, sink: Callable[[str], None]) -> Callable[[str], None]:
-        """One call's streaming sink: one line break before its text when an earlier call streamed.
-
-        The callback cannot tell calls apart, so without it `kedi run --stream`
-        ran two replies together on one line.
-        """
-        first = True
-
-        def deliver(text: str) -> None:
-            nonlocal first
-            if first and text:
-                first = False
-                if self.streamed:
-                    sink("\n")
-                self.streamed = True
-            sink(text)
-
-        return deliver
-
     async def send(
         self,
         plan: AgentPlan,
@@ -382,11 +382,16 @@ class CallLayer:
         """Check and send one request to its adapter (within the parallel limiter)."""
         if not adapter.checks_requests:
             adapter.check(request)
-        if self.limiter is None:
-            result = await adapter.request(request)
-        else:
-            async with self.limiter:
+        try:
+            if self.limiter is None:
                 result = await adapter.request(request)
+            else:
+                async with self.limiter:
+                    result = await adapter.request(request)
+        except ContextLengthError as error:
+            if request.history:
+                _hint_history_bounds(error, len(request.history))
+            raise
         # A call that outlived its cancel scope (a tool blocking in its thread past the
         # deadline) must not commit: a cancelled call commits nothing, store or lane.
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -467,6 +472,20 @@ def _exchange_sink(
         )
 
     return record
+
+
+def _hint_history_bounds(error: ContextLengthError, messages: int) -> None:
+    """End `error`'s message with how to bound the history its request carried.
+
+    A stored session grows with every run until each call overflows the
+    window; the server's text says nothing of kedi's bounds. The error is
+    changed in place, so its class, status, partial and cause stay.
+    """
+    error.message = (
+        f"{error.message.rstrip('.')}; the request carried {messages} messages of history: "
+        "bound them with `> history:` and `max_messages: N` or `max_tokens: N` (docs/history.md)"
+    )
+    error.args = (error.message,)
 
 
 def _rest(event: PromptEvent) -> tuple[Any, ...]:

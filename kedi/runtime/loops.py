@@ -12,7 +12,13 @@ A kept loop also keeps those clients' connections alive from one call to
 the next.
 
 The loop is closed when its thread's storage goes (at the end of the
-thread, or at interpreter exit for the main thread).
+thread, or at interpreter exit for the main thread), after the cleanup
+`asyncio.run` does: tasks still pending are cancelled and awaited, and open
+async generators closed. An HTTP stream that kedi stops reading at its
+`data: [DONE]` leaves httpx's inner body generators to the garbage collector,
+whose hook schedules their `aclose()` as tasks on this loop; closed without
+running them, asyncio printed "Task was destroyed but it is pending!" after
+every `kedi run --stream`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,24 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        weakref.finalize(self, self.loop.close)
+        weakref.finalize(self, _close, self.loop)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Close `loop` as `asyncio.run` closes its own: pending tasks and async generators first."""
+    if loop.is_closed() or loop.is_running():
+        return
+    try:
+        # RuntimeError: the finalizer runs on a thread running another loop; then only close.
+        with suppress(RuntimeError):
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 class _PerThread(threading.local):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ast as python_ast
 import builtins
 import difflib
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
@@ -54,6 +55,7 @@ from kedi.syntax.directives import (
     DirectiveSpec,
     Placement,
     Validator,
+    parse_plain_value,
 )
 from kedi.syntax.name_scopes import RefKind, Scope, ScopeBuilder
 from kedi.syntax.python_snippets import PythonMode, literal_type, snippet_source, syntax_error
@@ -711,12 +713,33 @@ def _check_config(
         if key is None:
             yield _unknown_key(entry, name, spec)
             continue
+        if name == "settings" and entry.items:
+            yield _nested_setting(entry, label)
+            continue
         text = _literal(entry.value)
         if key.validator is not None and text is not None:
             yield from _invalid(entry.span, f"`{entry.key}` in {label}", key.validator, text)
     for required in spec.required_keys:
         if required not in seen:
             yield Diagnostic(span, f"{label} is missing the required key `{required}`")
+
+
+def _nested_setting(entry: ast.ConfigEntry, label: str) -> Diagnostic:
+    """A setting written with a YAML-style block under it: the value is the key's line only.
+
+    Unchecked, the block was dropped and the setting became "" (the `openai`
+    adapter sent no `extra_body`; Pydantic AI and LangChain failed mid-run on a str).
+    """
+    rows = [item.strip().partition(":") for item in entry.items if item.strip()]
+    example = "`{...}`"
+    if rows and all(colon and key.strip() for key, colon, _ in rows):
+        mapping = {key.strip(): parse_plain_value(value.strip()) for key, _, value in rows}
+        example = f"`{json.dumps(mapping, ensure_ascii=False)}`"
+    return Diagnostic(
+        entry.span,
+        f"`{entry.key}` in {label} has an indented block under it, which settings do not read",
+        f"write the value on the key's line, a mapping as Python: {entry.key}: {example}",
+    )
 
 
 def _unknown_key(entry: ast.ConfigEntry, name: str, spec: DirectiveSpec) -> Diagnostic:
