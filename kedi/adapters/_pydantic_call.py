@@ -295,10 +295,12 @@ class CallState:
     ) -> PartialResult | None:
         """Evidence of a failed run: history through its last completed model turn."""
         own = [message for message in captured if message.run_id == self.call_id]
+        # A streamed request that failed leaves an empty response behind it (Pydantic
+        # AI appends the response it was building): not a completed model turn.
         ends = [
             i
             for i, message in enumerate(own)
-            if isinstance(message, ModelResponse) or _tool_returns(message)
+            if (isinstance(message, ModelResponse) and message.parts) or _tool_returns(message)
         ]
         if not ends:
             return None

@@ -271,7 +271,7 @@ class SessionRecorder:
         try:
             result = await live(replace(request, on_exchange=capture))
         except BaseException as error:
-            self._note_failure(key, request, error)
+            self._note_failure(adapter, key, request, error)
             raise
         self.sent += 1
         if resumed is not None and result.rewritten_history is None:
@@ -346,7 +346,9 @@ class SessionRecorder:
             exchanges=exchanges,
         )
 
-    def _note_failure(self, key: LaneKey, request: CallRequest, error: BaseException) -> None:
+    def _note_failure(
+        self, adapter: Adapter, key: LaneKey, request: CallRequest, error: BaseException
+    ) -> None:
         partial = getattr(error, "partial", None)
         record: dict[str, Any] = {
             "lane": encode_lane_key(key),
@@ -358,7 +360,9 @@ class SessionRecorder:
         if partial is not None:
             record.update(
                 stage=partial.stage,
-                messages=[message.to_json_dict() for message in partial.messages],
+                # A native lane's partial holds its framework's messages: stored as
+                # the lane stores them, and read back by `_resumed` with the same adapter.
+                messages=dump_lane_messages(key, partial.messages, [adapter]),
                 usage=usage_dict(partial.usage) if isinstance(partial.usage, Usage) else None,
                 requests=partial.requests,
                 tool_calls=partial.tool_calls,

@@ -8,6 +8,7 @@ open), nor how the streamed text of several calls reads on stderr.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, chunk, error_body, sse
+from tests.adapters.openai_server import (
+    MODEL,
+    OpenAIServer,
+    Reply,
+    chunk,
+    completion,
+    error_body,
+    sse,
+    tool_call,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,13 +96,6 @@ def test_an_error_after_streamed_text_starts_on_a_line_of_its_own(
     assert result.stderr.endswith("the prompt is not allowed\n"), result.stderr  # no blank line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kedi/runtime/sessions.py `_note_failure` stores a failed call's partial with "
-    "`message.to_json_dict()`, which native (Pydantic AI, LangChain) messages lack; "
-    "`dump_lane_messages(key, partial.messages, [adapter])` is the symmetric form of the "
-    "`load_lane_messages` that `--resume` uses (left to the store's owner)",
-)
 def test_a_recorded_pydantic_call_failing_after_a_streamed_turn_reports_the_providers_error(
     server: OpenAIServer, tmp_path: Path
 ) -> None:
@@ -118,3 +121,69 @@ def test_a_recorded_pydantic_call_failing_after_a_streamed_turn_reports_the_prov
     assert result.returncode == 1
     # Was "Kedi error: AttributeError 'ModelRequest' object has no attribute 'to_json_dict'".
     assert "the prompt is not allowed" in result.stderr, result.stderr
+    # The partial was stored in the lane's own (Pydantic AI) form: the resume reads it back.
+    session = re.search(r"--resume (\S+)", result.stderr)
+    assert session is not None, result.stderr
+    server.replies.clear()  # the refusals a retry did not take
+    server.add(streamed("Hello again."))
+    resumed = subprocess.run(
+        [*command, "--adapter", "pydantic", "--model", f"openai:{MODEL}", "--resume", session[1]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (resumed.returncode, resumed.stdout) == (0, "Hello again.\n"), resumed.stderr
+    sent = [message["content"] for message in server.bodies[-1]["messages"]]
+    assert sent == ["Say hello.", "Hi.", "Again."]
+
+
+TOOLED = """\
+> history: enabled
+@lookup(version: str) -> str:
+  ###
+  Release notes of one version.
+
+  Args:
+    version: The version.
+  ###
+  = Notes for <version>.
+
+> use: lookup
+[a] << Find 1.4.0.
+= <a>
+"""
+
+
+def test_a_pydantic_partial_after_a_tool_exchange_is_stored_and_resumed(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    # The partial holds Pydantic AI's own messages: stored as its lane stores them.
+    # It was "Kedi error: AttributeError 'ModelRequest' object has no attribute 'to_json_dict'".
+    called = completion(tool_calls=[tool_call("c1", "lookup", '{"version": "1.4.0"}')])
+    server.add(Reply(body=called), Reply(status=400, body=error_body("the prompt is not allowed")))
+    flow = tmp_path / "flow.kedi"
+    flow.write_text(TOOLED)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KEDI_BASE_URL": server.base_url,
+        "KEDI_HISTORY": str(tmp_path / "history.db"),
+    }
+    command = [sys.executable, "-m", "kedi", "run", str(flow), "--adapter", "pydantic"]
+    command += ["--model", f"openai:{MODEL}"]
+    failed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert failed.returncode == 1
+    assert "the prompt is not allowed" in failed.stderr, failed.stderr
+    session = re.search(r"--resume (\S+)", failed.stderr)
+    assert session is not None and "its partial is stored" in failed.stderr, failed.stderr
+    server.add(Reply(body=completion("1.4.0 is faster.")))
+    resumed = subprocess.run(
+        [*command, "--resume", session[1]], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert (resumed.returncode, resumed.stdout) == (0, "1.4.0 is faster.\n"), resumed.stderr
+    sent = server.bodies[-1]["messages"]
+    # The partial's tool exchange, then the call's prompt, as on the openai adapter.
+    assert [message["role"] for message in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[2]["content"] == "Notes for 1.4.0."
