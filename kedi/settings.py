@@ -30,6 +30,9 @@ PYDANTIC_AI_SETTINGS = frozenset(
 )
 """Pydantic AI's `ModelSettings`, which kedi forwards under the same names."""
 
+MAPPING_SETTINGS = frozenset({"extra_body", "extra_headers", "logit_bias"})
+"""Settings whose value is a mapping (of request fields, headers, token ids)."""
+
 COMMON_SETTINGS = PYDANTIC_AI_SETTINGS | {"stop"}
 """What every built-in adapter accepts (`stop` is the OpenAI spelling of `stop_sequences`)."""
 

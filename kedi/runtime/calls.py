@@ -33,7 +33,7 @@ from kedi.history.identity import new_id
 from kedi.history.lanes import Conversation, Lane, LaneKey, canonical_digest
 from kedi.redaction import logger, redact
 from kedi.runtime.transcripts import LinearRecords, encode_line, write_line
-from kedi.settings import SETTING_NAMES
+from kedi.settings import MAPPING_SETTINGS, SETTING_NAMES
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
@@ -263,6 +263,14 @@ class CallLayer:
         declared = adapter.profile.settings
         if declared is not None and not declared.issuperset(settings):
             raise _undeclared_setting(adapter, declared, settings, agent)
+        for name in MAPPING_SETTINGS.intersection(settings):
+            if not isinstance(settings[name], Mapping):
+                raise KediConfigError(
+                    # The value is not shown: extra_headers may hold a key.
+                    f"the setting `{name}` (set by {_setting_origin(name, agent)}) must be a "
+                    f"mapping, not a {type(settings[name]).__name__}; e.g. "
+                    f'{name}: `{{"key": "value"}}`'
+                )
         tools, tools_digest = self._tools(interp, agent.tools)
         history = agent.history
         if history.compaction_mode == "native":
@@ -522,6 +530,16 @@ __all__ = [
 ]
 
 
+def _setting_origin(name: str, agent: AgentState) -> str:
+    """Where the agent state's setting `name` was set, in the program's terms."""
+    span = agent.setting_spans.get(name)
+    if span is not None:
+        return f"`> settings:` at {span.path}:{span.line}"
+    if name == "effort" and "effort" not in agent.settings:
+        return "`> effort:`"
+    return "`settings=` in Python"
+
+
 def _undeclared_setting(
     adapter: Adapter, declared: frozenset[str], settings: Mapping[str, Any], agent: AgentState
 ) -> KediConfigError:
@@ -532,13 +550,7 @@ def _undeclared_setting(
     or a name that belongs to another adapter (`structured_mode` on langchain).
     """
     name = next(key for key in settings if key not in declared)
-    span = agent.setting_spans.get(name)
-    if span is not None:
-        where = f"`> settings:` at {span.path}:{span.line}"
-    elif name == "effort" and "effort" not in agent.settings:
-        where = "`> effort:`"
-    else:
-        where = "`settings=` in Python"
+    where = _setting_origin(name, agent)
     close = difflib.get_close_matches(name, sorted(declared), n=1, cutoff=0.6)
     hint = f"; did you mean `{close[0]}`?" if close else ""
     if declared >= SETTING_NAMES:  # a stand-in (offline, script): only a name no adapter takes

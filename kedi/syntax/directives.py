@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from kedi.settings import SETTING_NAMES
+from kedi.settings import MAPPING_SETTINGS, SETTING_NAMES
 
 AGENT_DIRECTIVES = frozenset(
     {
@@ -336,6 +336,13 @@ _SETTING_VALUES: Mapping[str, Validator] = {
     **dict.fromkeys(("max_tokens", "request_limit", "max_reply_bytes"), POSITIVE_INT),
     **dict.fromkeys(("output_retries", "tool_retries", "max_retries"), NON_NEGATIVE_INT),
     "timeout": Validator("a positive number of seconds", _positive_number),
+    **dict.fromkeys(
+        sorted(MAPPING_SETTINGS),
+        Validator(
+            'a mapping, e.g. `{"key": "value"}`',
+            lambda text: isinstance(parse_plain_value(text), Mapping),
+        ),
+    ),
 }
 """What a literal value of a numeric setting must be: what the adapters accept at the call
 (`count`, `seconds`) and the providers' types, so `kedi check` reports it at its line."""

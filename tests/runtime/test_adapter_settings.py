@@ -216,3 +216,29 @@ def test_an_adapter_that_declares_no_settings_gets_every_setting_unchecked() -> 
     assert Mine.profile.settings is None
     assert kedi.compile(TOP_K).run_sync(adapter=Mine(), settings={"custom": 1}) == "Rome"
     assert seen == [{"custom": 1, "temperature": 0.2, "top_k": 5}]
+
+
+def test_a_mapping_setting_given_another_value_is_refused_before_any_request() -> None:
+    # Pydantic AI and LangChain failed mid-run with "TypeError: 'str' object is not a mapping".
+    pytest.importorskip("pydantic_ai", reason='needs pydantic-ai: pip install "kedi[pydantic-ai]"')
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from kedi.adapters.pydantic_ai import PydanticAdapter
+
+    calls: list[Any] = []
+
+    def model(messages: Any, info: Any) -> ModelResponse:
+        calls.append(messages)
+        return ModelResponse(parts=[TextPart("x")])
+
+    source = '> settings:\n  extra_headers: `"Bearer sk-secret-123"`\n' + PLAIN
+    message = refused(source, PydanticAdapter(FunctionModel(model)))
+    assert (
+        "the setting `extra_headers` (set by `> settings:` at <string>:2) must be a mapping, not a str"
+        in message
+    )
+    assert "sk-secret" not in message  # the value is not shown: it may be a key
+    message = refused(PLAIN, "offline", settings={"extra_body": ["top_k", 20]})
+    assert "`extra_body` (set by `settings=` in Python) must be a mapping, not a list" in message
+    assert calls == []

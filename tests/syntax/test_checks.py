@@ -1083,6 +1083,30 @@ def test_literal_setting_values_an_adapter_would_refuse_are_check_errors() -> No
     ]
 
 
+def test_literal_mapping_settings_must_be_mappings() -> None:
+    # `extra_body: foo` passed the check; Pydantic AI and LangChain then failed
+    # mid-run with "TypeError: 'str' object is not a mapping".
+    assert check(
+        """
+        > settings:
+            extra_body: foo
+            extra_headers: {"X-Team": "search"}
+            logit_bias: 12
+        """
+    ) == [
+        (
+            2,
+            '`extra_body` in `> settings:` must be a mapping, e.g. `{"key": "value"}`, not `foo`',
+            None,
+        ),
+        (
+            4,
+            '`logit_bias` in `> settings:` must be a mapping, e.g. `{"key": "value"}`, not `12`',
+            None,
+        ),
+    ]
+
+
 def test_every_adapter_setting_is_accepted() -> None:
     keys = ["temperature", "stop_sequences", "reasoning_effort", "sandbox", "permission_mode"]
     keys += ["stop", "output_retries", "tool_retries", "request_limit", "max_retries", "cwd"]
