@@ -80,6 +80,16 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
             f"{where} hit a usage limit: {error}; raise the request_limit setting if the call needs more requests",
             partial=call.partial("usage", captured),
         ) from error
+    except pai.ModelTimeoutError as error:
+        # Worded as the openai and langchain adapters word it; the bound is per
+        # HTTP attempt here (the provider's client retries a timed-out attempt).
+        timeout = request.settings.get("timeout")
+        bound = f" after {timeout:g} s per attempt" if isinstance(timeout, int | float) else ""
+        raise ProviderError(
+            f"the request to {where} timed out{bound}",
+            retryable=True,
+            partial=call.partial("model", captured),
+        ) from error
     except pai.ModelAPIError as error:
         mapped = _provider_error(error, where, call.partial("model", captured))
         if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):

@@ -280,6 +280,20 @@ async def test_the_same_faults_are_provider_errors_through_the_frameworks(
     assert caught.value.retryable == (framework in transient)
 
 
+@pytest.mark.anyio
+async def test_a_timed_out_pydantic_request_says_after_how_long(server: OpenAIServer) -> None:
+    # It read "model 'test-model' ... failed: Request timed out.", without the bound.
+    server.add(Reply(body=completion("late"), delay=3))
+    async with framework_adapter("pydantic", server) as adapter:
+        with pytest.raises(ProviderError) as caught:
+            await adapter.request(
+                CallRequest(prompt="Hi", origin="flow.kedi:2", settings={"timeout": 0.3})
+            )
+    assert str(caught.value).startswith(f"the request to model 'openai:{MODEL}' at flow.kedi:2 ")
+    assert str(caught.value).endswith("timed out after 0.3 s per attempt")
+    assert caught.value.retryable
+
+
 LLAMA_CPP_REFUSAL = Reply(
     500,
     error_body(
