@@ -380,6 +380,15 @@ def test_replay_names_a_missing_option_only_when_its_none_made_the_difference(
     )
 
 
+def test_history_list_is_another_name_for_ls(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "named", "--message", "hi").returncode == 0
+    listed = kedi("history", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == sessions() and sessions()[0]["name"] == "named"
+    commands = kedi("history", "--help").stdout
+    assert "(also: list)" in commands and "\n  list " not in commands  # listed once, as ls
+
+
 def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path) -> None:
     planted = "sk-plantedSECRETvalue1234567890"
     program = chat.with_name("secret.kedi")
