@@ -296,7 +296,20 @@ def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
-@click.group()
+class _HistoryCommands(click.Group):
+    """The `kedi history` subcommands, with `list` as another name for `ls`.
+
+    The group's help begins "List, show, ...", so `kedi history list` is what a
+    user types first; the alias stays out of the listing so each command shows once.
+    """
+
+    ALIASES = {"list": "ls"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
+
+@click.group(cls=_HistoryCommands)
 def history() -> None:
     """List, show, compare, export and clean up stored sessions (KEDI_HISTORY)."""
 
@@ -314,7 +327,7 @@ def _guard(function: Any) -> Any:
     return wrapper
 
 
-@history.command("ls")
+@history.command("ls", short_help="Sessions, most recently used first (also: list).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 @click.option("--limit", type=int, default=None, help="Show at most N sessions.")
 @_guard

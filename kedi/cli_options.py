@@ -7,10 +7,11 @@ in prompt text) reads options kedi cannot list, and nothing is refused.
 
 - An option the program does not read is refused before the run, with the
   closest option it does read ("did you mean --title?").
-- When the program's code fails and it reads options that were not given,
-  the error ends with a hint naming each one and the line that reads it (a
-  missing option is None, so the failure shows up later: `'NoneType' object
-  has no attribute 'upper'`). A failed model call gets no such hint.
+- When the program's code fails on a None and it reads options that were not
+  given, the error ends with a hint naming each one and the line that reads it
+  (a missing option is None, so the failure shows up later: `'NoneType' object
+  has no attribute 'upper'`). A failed model call, or a failure that shows no
+  None (a `--replay` whose prompt was edited), gets no such hint.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from kedi.errors import KediExecutionError
 
 _READ = re.compile(r"""\bargs(?:\.([A-Za-z_]\w*)|\[\s*["']([A-Za-z_][\w-]*)["']\s*\])""")
 _ANY_USE = re.compile(r"\bargs\b")
@@ -98,15 +102,18 @@ def missing_option_hints(
 ) -> list[str]:
     """One hint per option the program reads that was not given, with the line reading it.
 
-    Only a failure of the program's own code can come from an option that is
-    None; a model call that failed (a provider, a script, validation) or a
-    program that never ran (syntax, configuration) gets no hints, which would
-    send the user after the wrong cause.
+    Only a failure of the program's own code that shows a None can come from
+    an option that is None; a model call that failed (a provider, a script,
+    validation), a program that never ran (syntax, configuration) or a failure
+    with no None in it (a replayed request that differs because its prompt was
+    edited) gets no hints, which would send the user after the wrong cause.
     """
     from kedi.errors import AdapterError, KediConfigError, KediExecutionError
 
-    if not isinstance(error, KediExecutionError) or isinstance(
-        error.original, AdapterError | KediConfigError
+    if (
+        not isinstance(error, KediExecutionError)
+        or isinstance(error.original, AdapterError | KediConfigError)
+        or not _shows_none(error)
     ):
         return []
     return [
@@ -115,6 +122,28 @@ def missing_option_hints(
         for name, line in sorted(read.lines.items(), key=lambda item: item[1])
         if name not in given
     ]
+
+
+_NONE = re.compile(r"\bNone(?:Type)?\b")
+
+
+def _shows_none(error: KediExecutionError) -> bool:
+    """True when the failure's own message shows a None that could be an option's value.
+
+    A replay mismatch shows the recorded and the current request side by side:
+    there a None counts only when the current side has more of them (a value
+    that became None), not when an unchanged None sits next to an edit.
+    """
+    from kedi.runtime.sessions import ReplayMismatch
+
+    original = error.original
+    text = str(original) if original is not None else error.message
+    if not isinstance(original, ReplayMismatch):
+        return _NONE.search(text) is not None
+    changed = [line for line in text.splitlines() if not line.startswith(("+++", "---"))]
+    current = sum(len(_NONE.findall(line)) for line in changed if line.startswith("+"))
+    recorded = sum(len(_NONE.findall(line)) for line in changed if line.startswith("-"))
+    return current > recorded
 
 
 def _flag(name: str) -> str:

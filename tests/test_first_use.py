@@ -97,6 +97,15 @@ def test_a_failed_model_call_gets_no_missing_option_hint(tmp_path: Path) -> None
     assert "was not given" not in err
 
 
+def test_a_failure_that_shows_no_none_gets_no_missing_option_hint(tmp_path: Path) -> None:
+    # The option has a fallback and the failure is elsewhere: it cannot be the cause.
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[title] = `args.title or 'untitled'`\n= `len(title) / 0`\n")
+    code, _, err = run("run", str(flow))
+    assert code == 1 and "ZeroDivisionError" in err
+    assert "was not given" not in err
+
+
 def test_a_given_option_gets_no_hint_and_the_program_runs(tmp_path: Path) -> None:
     flow = tmp_path / "flow.kedi"
     flow.write_text(TITLE)

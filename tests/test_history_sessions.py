@@ -359,6 +359,36 @@ def test_replay_stops_on_prompt_drift_with_a_readable_diff(chat: Path) -> None:
     assert kedi("run", str(chat), "--replay", "d", "--message", "new wording").returncode == 0
 
 
+def test_replay_names_a_missing_option_only_when_its_none_made_the_difference(
+    tmp_path: Path,
+) -> None:
+    edited = tmp_path / "edited.kedi"
+    edited.write_text('[reply] << Describe <`args.product or "anything"`>\n= <reply>\n')
+    assert kedi("run", str(edited), "--session", "edited").returncode == 0
+    edited.write_text('[reply] << Please describe <`args.product or "anything"`>\n= <reply>\n')
+    drift = kedi("run", str(edited), "--replay", "edited")
+    assert drift.returncode == 1 and '+  "prompt": "Please describe anything"' in drift.stderr
+    assert "was not given" not in drift.stderr  # the edit explains it, not --product
+
+    dropped = tmp_path / "dropped.kedi"
+    dropped.write_text("[reply] << Describe <`args.product`>\n= <reply>\n")
+    assert kedi("run", str(dropped), "--session", "dropped", "--product", "Widget").returncode == 0
+    drift = kedi("run", str(dropped), "--replay", "dropped")
+    assert drift.returncode == 1 and '+  "prompt": "Describe None"' in drift.stderr
+    assert f"option --product was not given, so args.product is None (read at {dropped}:1)" in (
+        drift.stderr
+    )
+
+
+def test_history_list_is_another_name_for_ls(chat: Path) -> None:
+    assert kedi("run", str(chat), "--session", "named", "--message", "hi").returncode == 0
+    listed = kedi("history", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == sessions() and sessions()[0]["name"] == "named"
+    commands = kedi("history", "--help").stdout
+    assert "(also: list)" in commands and "\n  list " not in commands  # listed once, as ls
+
+
 def test_secrets_never_reach_the_store(chat: Path, _private_history_store: Path) -> None:
     planted = "sk-plantedSECRETvalue1234567890"
     program = chat.with_name("secret.kedi")

@@ -250,6 +250,14 @@ class Adapter(ABC):
             else ", ".join(sorted(profile.settings)),
         }
 
+    def settings_taken(self) -> frozenset[str] | None:
+        """The setting names this instance takes: its profile's, or fewer where its model
+        cannot carry some (a chat model with no field for one); None takes every setting.
+
+        kedi refuses a call whose settings hold any other name before it is sent.
+        """
+        return self.profile.settings
+
     def check(self, request: CallRequest) -> None:
         """Raise before any I/O if the request can't be served.
 

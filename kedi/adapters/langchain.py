@@ -33,7 +33,9 @@ what was sent and answered:
   `parallel_tool_calls` go to `bind_tools`; `timeout` bounds each model
   request end to end (`anyio.move_on_after`; then a retryable
   `ProviderError`, "timed out after N s"). A setting the chat model has no
-  field for is dropped; kedi refuses any other name before the call.
+  field for is refused before the call, like any name the adapter does not
+  take (`settings_taken`); `effort` alone is a hint, left out where the model
+  has neither field.
 - **Usage**: summed from each reply's `usage_metadata`; a reply without it is
   estimated with `count_tokens_approximately`.
 - **History processors** (Part B; the adapter's own, then the run's) run
@@ -169,6 +171,20 @@ class LangChainAdapter(Adapter):
             ),
         )
 
+    def settings_taken(self) -> frozenset[str] | None:
+        """The profile's settings less those the chat model has no field for (refused, not dropped).
+
+        `effort` stays: it is a hint, sent where the model has a reasoning field.
+        """
+        declared = self.profile.settings
+        if self.chat_model is None or declared is None:
+            return declared
+        fields = type(self.chat_model).model_fields
+        missing = {name for name in FIELD_SETTINGS if name not in fields}
+        if "stop" not in fields:
+            missing |= {"stop", "stop_sequences"}
+        return declared - missing
+
     def __repr__(self) -> str:
         """`LangChainAdapter('<model name>')`."""
         return f"LangChainAdapter({self.model_name!r})"
@@ -184,7 +200,7 @@ class LangChainAdapter(Adapter):
             "streaming": "yes: text calls and str captures stream to on_delta (astream, astream_events)",
             "history": "yes: LangChain BaseMessage lanes, history processors before every request",
             "settings": rows["settings"]
-            + " (timeout and output_retries always; the others where the chat model has the field)",
+            + " (timeout and output_retries always; the others where the chat model has the field, else refused; effort is left out)",
         }
 
     def check(self, request: CallRequest) -> None:

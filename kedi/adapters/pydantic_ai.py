@@ -31,8 +31,9 @@
   chat-completions model at that URL (the Responses API that `openai:` means
   exists only at OpenAI); an error names the endpoint, and a 404 asks whether
   `/v1` is missing.
-- **Settings**: the common settings Pydantic AI knows go to `ModelSettings`
-  unless the model class lists them in `unsupported_settings`; `stop` becomes
+- **Settings**: the common settings Pydantic AI knows go to `ModelSettings`;
+  one the model class lists in `unsupported_settings` is refused before the
+  call (`settings_taken`), like any name the adapter does not take; `stop` becomes
   `stop_sequences`; `effort` becomes the unified `thinking` setting (`max` sent
   as `xhigh`) only where the profile has `supports_thinking` and no explicit
   `thinking` setting is given; `output_retries` / `tool_retries` become the
@@ -226,6 +227,16 @@ class PydanticAdapter(Adapter):
             ),
         )
 
+    def settings_taken(self) -> frozenset[str] | None:
+        """The profile's settings less those the model class lists in `unsupported_settings`
+        (refused, not dropped); `stop` goes with `stop_sequences`, which carries it."""
+        declared = self.profile.settings
+        if self._model is None or declared is None:
+            return declared
+        unsupported = _MODEL_SETTINGS.intersection(self._model.unsupported_settings)
+        stop = {"stop"} if "stop_sequences" in unsupported else set()
+        return declared - unsupported - stop
+
     def __repr__(self) -> str:
         """`PydanticAdapter('<model>', output_mode='<mode>')`."""
         return f"PydanticAdapter({self.model_name!r}, output_mode={self.output_mode!r})"
@@ -233,8 +244,11 @@ class PydanticAdapter(Adapter):
     @classmethod
     def capability_rows(cls) -> dict[str, str]:
         """What this adapter supports, one row per capability-matrix line."""
+        rows = super().capability_rows()
         return {
-            **super().capability_rows(),
+            **rows,
+            "settings": rows["settings"]
+            + " (less the model class's unsupported_settings, refused)",
             "structured output": "tool, native, prompted (auto: native where the model profile allows)",
             "tools": "yes (Tool.from_schema; failures go back to the model)",
             "streaming": "yes: text calls and str captures stream to on_delta (event_stream_handler)",

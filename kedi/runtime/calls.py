@@ -260,7 +260,7 @@ class CallLayer:
         settings = dict(agent.settings)
         if agent.effort is not None:
             settings["effort"] = agent.effort
-        declared = adapter.profile.settings
+        declared = adapter.settings_taken()
         if declared is not None and not declared.issuperset(settings):
             raise _undeclared_setting(adapter, declared, settings, agent)
         for name in MAPPING_SETTINGS.intersection(settings):
@@ -560,7 +560,10 @@ def _undeclared_setting(
     extra = (
         "; provider-specific request fields go in `extra_body`" if "extra_body" in declared else ""
     )
+    who = f"adapter {adapter.shortname!r}"
+    if name in (adapter.profile.settings or ()):  # the adapter does, but not with this model
+        who += f" with model {adapter.model_name!r}"
     return KediConfigError(
-        f"adapter {adapter.shortname!r} does not take the setting `{name}` (set by {where})"
+        f"{who} does not take the setting `{name}` (set by {where})"
         f"{hint or '.'} It takes {', '.join(sorted(declared))}{extra}."
     )

@@ -16,7 +16,10 @@ values are left to the runtime. In particular:
 - a scope binds its parameters, assignment and raw-invoke targets, captures,
   procedures, custom types, selectively imported names and every name a
   Python block or statement in it may bind (`global` names bind at top level);
-  profiles bind at top level. Where in the scope does not matter;
+  profiles bind at top level. Where in the scope does not matter, with one
+  exception: a procedure or custom type read in its own scope above its
+  definition, when nothing else binds the name before the read (spec 5.1:
+  declarations take effect where they appear, so the run would fail there);
 - `> import: module` (all exports) binds the module's exports once linking
   has resolved it (`imports=`); before that, or after a Python
   `from m import *`, the names it brings are unknown and the name checks are
@@ -341,6 +344,40 @@ _UNKNOWN: Mapping[RefKind, str] = {
     "export": "unknown name `{}` in `> export:`",
     "type": "unknown type `{}`",
 }
+
+
+def _check_defined_below(context: _Context) -> Iterator[Diagnostic]:
+    """Procedures and custom types read in their own scope above their definition.
+
+    Reported only when the first binding of the name in the reading scope is
+    that definition, it comes after the read, and no enclosing scope (nor the
+    embedder, builtins or an unknown import) could provide the name instead.
+    """
+    if context.open:
+        return
+    for scope in context.scopes:
+        for ref in scope.refs:
+            bindings = scope.bindings.get(ref.name)
+            if (
+                not bindings
+                or not ref.ordered
+                or ref.kind not in ("value", "type")
+                or ref.name in context.known
+                or (ref.kind == "type" and ref.name in BUILTIN_TYPE_NAMES)
+                or any(ref.name in outer.bindings for outer in scope.chain() if outer is not scope)
+            ):
+                continue
+            first = min(bindings, key=lambda b: (b.at.line, b.at.column) if b.at else (0, 0))
+            if first.at is None or first.kind not in ("procedure", "type"):
+                continue
+            if (first.at.line, first.at.column) > (ref.span.line, ref.span.column):
+                what = "procedure" if first.kind == "procedure" else "type"
+                yield Diagnostic(
+                    ref.span,
+                    f"`{ref.name}` is defined below, at line {first.at.line}",
+                    f"move the {what} definition above its first use: "
+                    "a definition takes effect where it is written",
+                )
 
 
 def _check_arity(context: _Context) -> Iterator[Diagnostic]:
@@ -934,6 +971,7 @@ def _check_metric(suite: ast.EvalSuite, label: str) -> Iterator[Diagnostic]:
 
 _CHECKS: tuple[Callable[[_Context], Iterator[Diagnostic]], ...] = (
     _check_names,
+    _check_defined_below,
     _check_arity,
     _check_duplicate_outputs,
     _check_name_lists,

@@ -10,7 +10,7 @@ what binds a name are in that module's docs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, assert_never
 
 from kedi.source import Span
@@ -27,6 +27,9 @@ class Binding:
 
     kind: BindingKind
     procedure: ast.Procedure | None = None
+    at: Span | None = None
+    """Where the binding takes effect in its scope; None when that is not a place in the
+    scope's order (a profile, a `global` name bound from a nested scope)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,9 @@ class Ref:
     span: Span
     kind: RefKind
     call: ast.Call | None = None
+    ordered: bool = True
+    """False when the read does not run in its scope's source order (an eval dataset
+    is evaluated after the whole file has run, a procedure's signature when it is called)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -47,8 +53,14 @@ class Scope:
     bindings: dict[str, list[Binding]] = field(default_factory=dict)
     refs: list[Ref] = field(default_factory=list)
 
-    def bind(self, name: str, kind: BindingKind, procedure: ast.Procedure | None = None) -> None:
-        self.bindings.setdefault(name, []).append(Binding(kind, procedure))
+    def bind(
+        self,
+        name: str,
+        kind: BindingKind,
+        procedure: ast.Procedure | None = None,
+        at: Span | None = None,
+    ) -> None:
+        self.bindings.setdefault(name, []).append(Binding(kind, procedure, at))
 
     def chain(self) -> Iterator[Scope]:
         scope: Scope | None = self
@@ -88,28 +100,30 @@ class ScopeBuilder:
             case ast.Template(rows=rows) | ast.Optimize(template=ast.Template(rows=rows)):
                 self.rows(rows, scope, "value")
             case ast.RawInvoke():
-                scope.bind(statement.target, "value")
+                scope.bind(statement.target, "value", at=statement.span)
                 self.rows(statement.rows, scope, "value")
             case ast.Assign():
-                scope.bind(statement.target, "value")
+                scope.bind(statement.target, "value", at=statement.span)
                 scope.refs.extend(type_refs(statement.type))
                 self.value(statement.value, scope)
             case ast.Return():
                 self.value(statement.value, scope)
             case ast.PythonStatement(code=code) | ast.PythonBlock(code=code):
-                self.python(code, scope)
+                self.python(code, scope, statement.span)
             case ast.Procedure():
-                scope.bind(statement.name, "procedure", statement)
-                # The signature's types resolve where the procedure is defined.
-                for param in statement.params:
-                    scope.refs.extend(type_refs(param.type))
-                scope.refs.extend(type_refs(statement.returns))
+                scope.bind(statement.name, "procedure", statement, statement.span)
+                # The signature's types resolve in the defining scope, but only when
+                # the procedure is called: a type defined below the procedure is fine.
+                signature = [*(param.type for param in statement.params), statement.returns]
+                scope.refs.extend(
+                    replace(ref, ordered=False) for ty in signature for ref in type_refs(ty)
+                )
                 inner = self.new_scope(scope)
                 for param in statement.params:
                     inner.bind(param.name, "value")
                 self.statements(statement.body, inner)
             case ast.CustomType():
-                scope.bind(statement.name, "type")
+                scope.bind(statement.name, "type", at=statement.span)
                 for type_field in statement.fields:
                     scope.refs.extend(type_refs(type_field.type))
             case ast.Directive():
@@ -126,17 +140,21 @@ class ScopeBuilder:
                 self.statements(statement.members, scope)
             case ast.Import(names=None) if statement.module in self.imports:
                 for exported, procedure in self.imports[statement.module].items():
-                    scope.bind(exported, "import", procedure)
+                    scope.bind(exported, "import", procedure, statement.span)
             case ast.Import(names=None):
                 self.open = True
             case ast.Import(names=names):
                 for name in names or ():
-                    scope.bind(name.name, "import")
+                    scope.bind(name.name, "import", at=statement.span)
             case ast.Export():
                 scope.refs.extend(Ref(n.name, n.span, "export") for n in statement.names)
             case ast.EvalSuite():
+                read_before = len(scope.refs)
                 for dataset in statement.datasets:
                     self.value(dataset.value, scope)
+                scope.refs[read_before:] = [
+                    replace(ref, ordered=False) for ref in scope.refs[read_before:]
+                ]
                 if statement.metric is not None:
                     metric_scope = self.new_scope(scope)
                     metric_scope.bind("expected", "value")
@@ -171,20 +189,20 @@ class ScopeBuilder:
                     for argument in segment.args:
                         self.segments(argument.segments, scope, kind)
                 case ast.Capture():
-                    scope.bind(segment.name, "value")
+                    scope.bind(segment.name, "value", at=segment.span)
                     scope.refs.extend(type_refs(segment.type))
                 case ast.Text() | ast.InlinePython() | ast.BareBacktick():
                     pass  # backtick Python is too dynamic to check statically
                 case _:  # pragma: no cover - unreachable: every segment class is matched
                     assert_never(segment)
 
-    def python(self, code: ast.PythonCode, scope: Scope) -> None:
+    def python(self, code: ast.PythonCode, scope: Scope, at: Span) -> None:
         local_names, global_names, star = python_bindings(code.code)
         self.open = self.open or star
         for name in local_names:
-            scope.bind(name, "python")
+            scope.bind(name, "python", at=at)
         for name in global_names:
-            self.module.bind(name, "python")
+            self.module.bind(name, "python", at=at if scope is self.module else None)
 
 
 def type_refs(expr: ast.TypeExpr | None) -> Iterator[Ref]:

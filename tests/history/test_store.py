@@ -64,6 +64,34 @@ def test_turns_rebuild_the_conversation_exactly(location: str) -> None:
         assert store.find_session(session.id) is None and store.find_session(fork.id) is not None
 
 
+def test_a_fork_of_a_session_that_lost_a_run_records_its_next_turn_after_the_copies(
+    location: str,
+) -> None:
+    def turn(session_id: str, run_no: int, text: str) -> TurnRecord:
+        messages = [{"role": "user", "content": text}]
+        return TurnRecord(session_id=session_id, run_no=run_no, lane=KEY, messages=messages)
+
+    with open_store(location) as store:
+        session = store.create_session(name=f"s-{uuid.uuid4()}", program="p.kedi")
+        first = store.begin_run(session.id, program="p.kedi")
+        store.commit_turn(turn(session.id, first, "a"))
+        store.finish_run(session.id, first, "ok")
+        second = store.begin_run(session.id, program="p.kedi")
+        store.commit_turn(turn(session.id, second, "b"))
+        store.commit_turn(turn(session.id, second, "c"))
+        store.finish_run(session.id, second, "ok")
+        store.delete_run_turns(session.id, first)  # seq 1 gone: two turns left, seq 2 and 3
+        fork = store.fork_session(session.id, name=f"f-{uuid.uuid4()}")
+        assert [t.seq for t in store.turns(fork.id)] == [2, 3]
+        run = store.begin_run(fork.id, program="p.kedi")
+        assert store.commit_turn(turn(fork.id, run, "d")) == 4  # not 3, which the fork holds
+        assert [(t.seq, t.messages[0]["content"]) for t in store.turns(fork.id)] == [
+            (2, "b"),
+            (3, "c"),
+            (4, "d"),
+        ]
+
+
 def test_extra_rows_commit_in_the_same_transaction_or_not_at_all(location: str) -> None:
     with open_store(location) as store:
         store.extend_schema(

@@ -151,6 +151,52 @@ def test_langchain_refuses_the_openai_adapters_structured_mode_naming_its_own() 
     assert chat.seen == []
 
 
+def test_pydantic_refuses_a_setting_its_model_class_lists_as_unsupported() -> None:
+    pytest.importorskip("pydantic_ai", reason='needs pydantic-ai: pip install "kedi[pydantic-ai]"')
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from kedi.adapters.pydantic_ai import PydanticAdapter
+
+    class NoSeedNoStop(FunctionModel):
+        unsupported_settings = frozenset({"seed", "stop_sequences"})
+
+    calls: list[Any] = []
+
+    def model(messages: Any, info: Any) -> ModelResponse:
+        calls.append(info.model_settings)
+        return ModelResponse(parts=[TextPart('{"city": "Oslo"}')])
+
+    adapter = PydanticAdapter(NoSeedNoStop(model))
+    message = refused("> settings:\n    seed: 7\n" + PLAIN, adapter)
+    assert "adapter 'pydantic' with model" in message
+    assert "does not take the setting `seed` (set by `> settings:` at <string>:2)" in message
+    # `stop` travels as `stop_sequences`, which the model ignores: refused too, from Python
+    assert "the setting `stop` (set by `settings=` in Python)" in refused(
+        PLAIN, adapter, settings={"stop": "END"}
+    )
+    assert calls == []
+    source = "> settings:\n    temperature: 0.2\n" + PLAIN
+    kedi.compile(source).run_sync(adapter=adapter)
+    assert calls[0]["temperature"] == 0.2
+
+
+def test_langchain_refuses_a_setting_its_chat_model_has_no_field_for() -> None:
+    pytest.importorskip(
+        "langchain_core", reason='needs langchain-core: pip install "kedi[langchain]"'
+    )
+    from kedi.adapters.langchain import LangChainAdapter
+    from tests.adapters.test_langchain import Scripted
+
+    chat = Scripted()  # fields: temperature, reasoning_effort, stop; no seed, no top_p
+    adapter = LangChainAdapter(chat)
+    message = refused("> settings:\n    temperature: 0.2\n    seed: 7\n" + PLAIN, adapter)
+    assert "adapter 'langchain' with model" in message
+    assert "does not take the setting `seed` (set by `> settings:` at <string>:3)" in message
+    assert "temperature" in message.split("It takes")[1] and "top_p" not in message
+    assert chat.seen == []
+
+
 class FakeLlama:
     """The one method of `llama_cpp.Llama` the local adapter calls; records what it is given."""
 

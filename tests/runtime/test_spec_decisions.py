@@ -13,7 +13,12 @@ import pytest
 
 import kedi
 from kedi.adapters.base import Adapter, AdapterProfile, CallRequest, CallResult
-from kedi.errors import CapabilityError, KediExecutionError, KediTypeExecutionError
+from kedi.errors import (
+    CapabilityError,
+    KediCheckError,
+    KediExecutionError,
+    KediTypeExecutionError,
+)
 from kedi.syntax.directives import DIRECTIVE_NAMES
 from tests.runtime.conftest import run
 
@@ -119,6 +124,37 @@ def test_b16_embedded_python_may_rebind_a_parameter_for_the_rest_of_the_invocati
     assert run(source) == "(x)"
     with pytest.raises(KediExecutionError, match="cannot assign to parameter `value`"):
         run("@f(value: str) -> str:\n  [value] = y\n  = <value>\n\n= <f(x)>")
+
+
+# --------------------------------------------------------------------------- definitions in source order
+
+
+def test_d1_a_procedure_used_above_its_definition_fails_the_compile_at_the_use() -> None:
+    with pytest.raises(KediCheckError) as caught:
+        kedi.compile("[x] = <f()>\n\n@f() -> str:\n  = hi\n\n= <x>")
+    (problem,) = caught.value.diagnostics
+    assert (problem.line, problem.message) == (1, "`f` is defined below, at line 3")
+    # Moved above its use, the same program runs.
+    assert run("@f() -> str:\n  = hi\n\n[x] = <f()>\n\n= <x>") == "hi"
+
+
+def test_d2_a_second_definition_replaces_the_first_from_where_it_is_written() -> None:
+    source = (
+        "@f() -> str:\n  = one\n"
+        "~T(a: int)\n"
+        "[before] = <f()>\n"
+        "[t1: T] = `T(a=1)`\n"
+        "@f() -> str:\n  = two\n"
+        "~T(b: int)\n"
+        "[t2: T] = `T(b=2)`\n"
+        "@outer() -> str:\n"
+        "  @g() -> str:\n    = first\n"
+        "  [x] = <g()>\n"
+        "  @g() -> str:\n    = second\n"
+        "  = <x> <g()>\n"
+        "= `(before, f(), sorted(type(t1).model_fields), sorted(T.model_fields), outer())`"
+    )
+    assert run(source) == ("one", "two", ["a"], ["b"], "first second")
 
 
 # --------------------------------------------------------------------------- history

@@ -713,6 +713,75 @@ def test_a_nested_procedure_call_is_checked_against_the_nested_signature() -> No
     ) == ["`f` takes 2 arguments but 1 was given"]
 
 
+def test_a_procedure_or_type_read_above_its_definition_is_reported_at_the_read() -> None:
+    # Spec 5.1: a definition takes effect where it appears, so these reads would
+    # fail at run time with "unknown name"; the check names the definition's line.
+    hint = (
+        "move the {} definition above its first use: a definition takes effect where it is written"
+    )
+    assert check(
+        """
+        [early] = <f()>
+        [t: T] = `T(a=1)`
+        ~Pair(first: T, second: T)
+        @f() -> str:
+          = f
+        ~T(a: int)
+        @outer() -> str:
+          [x] = <inner()>
+          @inner() -> str:
+            = in
+          = <x>
+        = <early>
+        """
+    ) == [
+        (1, "`f` is defined below, at line 4", hint.format("procedure")),
+        (2, "`T` is defined below, at line 6", hint.format("type")),
+        (3, "`T` is defined below, at line 6", hint.format("type")),
+        (3, "`T` is defined below, at line 6", hint.format("type")),
+        (8, "`inner` is defined below, at line 9", hint.format("procedure")),
+    ]
+
+
+def test_reads_that_run_after_the_definition_or_find_another_binding_are_not_reported() -> None:
+    assert (
+        check(
+            """
+            ```
+            def helper(): return "python"
+            ```
+            [first] = <helper()>
+            @helper() -> str:
+              = kedi
+            @countdown(n: int, t: Later) -> str:
+              = <countdown(1, t)> <defined_after()>
+            ~Later(a: int)
+            ~Node(children: list[Node] = `[]`)
+            @defined_after() -> str:
+              = ok
+            @outer() -> str:
+              [x] = <defined_after()>
+              @defined_after() -> str:
+                = shadowing an outer procedure
+              = <x>
+            [value] = <later()>
+            [later] = `lambda: 1`
+            @later() -> str:
+              = redefined
+            @eval: helper:
+              > data: rows:
+                = <cases()>
+              > metric: exact(rows):
+                = `1.0`
+            @cases() -> str:
+              = none
+            = <first>
+            """
+        )
+        == []
+    )
+
+
 # --------------------------------------------------------------------------- outputs and args
 
 

@@ -517,8 +517,11 @@ class Store:
                 "FROM turns WHERE session_id = ?",
                 (child.id, parent.id),
             )
+            # The counter numbers the next turn, so it starts past the highest copied seq:
+            # a parent that lost a run's turns has gaps, and their count would reuse a seq.
             tx.execute(
-                "UPDATE sessions SET turns = (SELECT COUNT(*) FROM turns WHERE session_id = ?) WHERE id = ?",
+                "UPDATE sessions SET turns = "
+                "(SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?) WHERE id = ?",
                 (child.id, child.id),
             )
         return self.session(child.id)
