@@ -29,6 +29,7 @@ from kedi.adapters.base import Usage
 from kedi.errors import KediError, KediExecutionError
 from kedi.history.lanes import Conversation, LaneKey
 from kedi.runtime.program import Program, compile_program
+from kedi.runtime.sessions import model_label
 
 PROMPT = "you> "
 HELP = "commands: /exit, /reset, /save NAME"
@@ -170,7 +171,7 @@ def _store_session(conversation: Conversation, usages: list[Usage], name: str) -
         if store.find_session(name) is not None:
             raise StoreError(f"a session named {name!r} already exists; /save another name")
         keys = list(conversation.lanes)
-        model = next((_model_label(key) for key in keys), "")
+        model = next((model_label(key) for key in keys), "")
         session = store.create_session(name=name, program="kedi chat", model=model)
         run_no = store.begin_run(session.id, program="kedi chat")
         for key, lane in conversation.lanes.items():
@@ -202,8 +203,3 @@ def _store_session(conversation: Conversation, usages: list[Usage], name: str) -
     finally:
         store.close()
     return f"(stored the conversation as session {name!r}: kedi history show {name})"
-
-
-def _model_label(key: LaneKey) -> str:
-    """`adapter:model` as `kedi history ls` shows a recorded run's model (`offline` stays `offline`)."""
-    return key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"

@@ -576,3 +576,28 @@ def test_explain_takes_the_model_options_of_the_run_it_continues(
         assert f"lane: script/{script}#" in explained.stdout
         assert "(2 messages in history" in explained.stdout
         assert '"content": "noted"' in explained.stdout
+
+
+def test_a_session_whose_first_call_failed_is_labelled_by_that_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was labelled by the command line's bare model name ("test-model"), as no turn was recorded.
+    from click.testing import CliRunner
+
+    from kedi.cli import main
+    from kedi.history.store import open_store
+    from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, error_body
+
+    monkeypatch.setenv("KEDI_HISTORY", str(tmp_path / "history.db"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    flow = tmp_path / "flow.kedi"
+    flow.write_text("[x] << Say hello.\n= <x>\n")
+    with OpenAIServer() as server:
+        server.add(Reply(400, error_body("the prompt is not allowed")))
+        command = ["run", str(flow), "--adapter", "openai", "--model", MODEL]
+        result = CliRunner().invoke(main, [*command, "--base-url", server.base_url])
+    assert result.exit_code == 1 and "the prompt is not allowed" in result.stderr
+    store = open_store(str(tmp_path / "history.db"))
+    assert store is not None
+    with store:
+        assert [session.model for session in store.sessions()] == [f"openai:{MODEL}"]

@@ -348,14 +348,15 @@ class RowSession:
         failure: dict[str, Any] | None,
         opened: bool,
         turns: int,
+        model: str = "",
     ) -> Outcome:
         """The row's end: its run's status and failure evidence, its `batch_rows` line.
 
         `turns` is how many turns the run must have in the store: fewer (a
         turn's write failed) raises `StoreError`, and nothing of the end is written.
         """
-        if not opened:
-            self.open(tx)
+        if not opened:  # no call was recorded: `model` labels the session by its failed call
+            self.open(tx, model=model)
         ((stored,),) = tx.query(
             "SELECT COUNT(*) FROM turns WHERE session_id = ? AND run_no = ?",
             (self.session_id, self.run_no),

@@ -257,9 +257,10 @@ class RowRunner:
             else {"error": f"{error['type']}: {error['message']}", **(recorder.failure or {})}
         )
         opened, turns = recorder.opened, recorder.recorded_turns + recorder.queued
+        label = recorder.model_label
         return await self.committer.write(
             lambda tx: start.session.finish(
-                tx, outcome, failure=failure, opened=opened, turns=turns
+                tx, outcome, failure=failure, opened=opened, turns=turns, model=label
             )
         )
 

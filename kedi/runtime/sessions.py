@@ -321,10 +321,7 @@ class SessionRecorder:
         result: CallResult,
         exchanges: list[dict[str, Any]],
     ) -> TurnRecord:
-        if not self.model_label:
-            self.model_label = (
-                key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
-            )
+        self.model_label = self.model_label or model_label(key)
         history_on = lane is not None
         rewritten = result.rewritten_history
         epoch = 0
@@ -349,6 +346,9 @@ class SessionRecorder:
     def _note_failure(
         self, adapter: Adapter, key: LaneKey, request: CallRequest, error: BaseException
     ) -> None:
+        # A session whose first call failed is labelled by it too (`kedi history ls`),
+        # not by the command line's bare model name.
+        self.model_label = self.model_label or model_label(key)
         partial = getattr(error, "partial", None)
         record: dict[str, Any] = {
             "lane": encode_lane_key(key),
@@ -371,6 +371,11 @@ class SessionRecorder:
             record["stage"] = "canceled"
         if self.failure is None:
             self.failure = record
+
+
+def model_label(key: LaneKey) -> str:
+    """`adapter:model` as `kedi history ls` shows a session's model (`offline` stays `offline`)."""
+    return key.model if key.model.startswith(key.adapter) else f"{key.adapter}:{key.model}"
 
 
 _USAGE_FIELDS = tuple(field.name for field in fields(Usage))

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from kedi.cli import main
+from kedi.history.store import open_store
 from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, completion, error_body
 
 ROWS = 6
@@ -71,3 +72,7 @@ def test_a_row_failing_on_its_own_does_not_stop_the_job(
     assert result.exit_code == 1
     assert "stopped" not in result.stderr
     assert f"{ROWS} rows run, 0 already finished, 1 failed" in result.stderr
+    # Every row's session is labelled adapter:model, the failed one by its failed call
+    # (it was the command line's bare model name).
+    with open_store(str(job["inputs"].parent / "history.db")) as store:
+        assert {session.model for session in store.sessions()} == {f"openai:{MODEL}"}
