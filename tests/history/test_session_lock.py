@@ -135,9 +135,7 @@ def test_runs_on_other_sessions_and_readers_are_not_blocked(location: str, tmp_p
     session = f"busy-{uuid.uuid4().hex[:8]}"
     first, gate = start_gated(location, tmp_path, session)
     try:
-        other = kedi(
-            location, "run", str(quick_program(tmp_path)), "--session", f"other-{session}"
-        )
+        other = kedi(location, "run", str(quick_program(tmp_path)), "--session", f"other-{session}")
         assert other.returncode == 0, other.stderr
         fresh = kedi(location, "run", str(quick_program(tmp_path)))  # a new, unnamed session
         assert fresh.returncode == 0, fresh.stderr

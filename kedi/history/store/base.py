@@ -549,7 +549,9 @@ class Store:
         (naming the holder's run, start time, pid and host) when another store
         holds the session, and never waits. Readers take no lock.
         """
-        holder = self._driver.hold_session(session_id, f"pid {os.getpid()} on {socket.gethostname()}")
+        holder = self._driver.hold_session(
+            session_id, f"pid {os.getpid()} on {socket.gethostname()}"
+        )
         if holder is None:
             return
         found = self.find_session(session_id, prefix=False)

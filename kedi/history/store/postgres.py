@@ -78,7 +78,8 @@ class PostgresDriver:
         try:
             with self._lock, self._connection.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                if cursor.fetchone()[0]:
+                taken = cursor.fetchone()
+                if taken and taken[0]:
                     cursor.execute(
                         "SELECT set_config('application_name', %s, false)", (f"kedi {holder}"[:63],)
                     )
