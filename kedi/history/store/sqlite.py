@@ -9,7 +9,7 @@ file's lock for up to the busy timeout before failing with a clear error.
 not only a process crash.
 
 A run continuing a session holds it with `flock` on a small file per session
-in `<store>.locks/` beside the database (named by a hash of the session id,
+in `.<store>.locks/` beside the database (named by a hash of the session id,
 holding the holder's pid and host): the kernel drops the lock when the
 holder's file is closed, including when the process is killed.
 """
@@ -41,7 +41,8 @@ class SQLiteDriver:
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.location = str(path)
         self._timeout = busy_timeout
-        self._locks_dir = path.with_name(path.name + ".locks")
+        # hidden: `history.db*` still names only the store's own files
+        self._locks_dir = path.with_name(f".{path.name}.locks")
         self._held: dict[str, int] = {}
         """The session locks this store holds: session id -> the locked file's descriptor."""
         self._lock = threading.RLock()
