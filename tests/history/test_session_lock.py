@@ -146,3 +146,27 @@ def test_runs_on_other_sessions_and_readers_are_not_blocked(location: str, tmp_p
         gate.write_text("open")
         _, stderr = first.communicate(timeout=WAIT)
     assert first.returncode == 0, stderr
+
+
+def test_the_store_api_refuses_a_held_session_and_releases_it_on_close(
+    location: str, tmp_path: Path
+) -> None:
+    from kedi.errors import KediUsageError
+    from kedi.history.store import SessionBusyError, open_store
+
+    with open_store(location) as first, open_store(location) as second:
+        session = first.create_session(name=f"api-{uuid.uuid4().hex[:8]}")
+        first.hold_session(session.id)
+        first.begin_run(session.id)
+        first.hold_session(session.id)  # holding it again from the same store is a no-op
+        with pytest.raises(
+            SessionBusyError, match="has a run in progress \\(run 1, started at "
+        ) as busy:
+            second.hold_session(session.id)
+        assert isinstance(busy.value, KediUsageError)
+        assert f"pid {os.getpid()} on " in str(busy.value)
+        first.close()
+        second.hold_session(session.id)  # closing the holder released it
+        second.delete_session(session.id)
+    if not location.startswith("postgresql"):  # a deleted session leaves no lock file behind
+        assert list((tmp_path / ".store.db.locks").iterdir()) == []
