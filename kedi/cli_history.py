@@ -210,6 +210,8 @@ def run_session(
         if options.replay or options.resume:
             ref = options.replay or options.resume
             session = store.session(ref)  # type: ignore[arg-type]  # a non-None id was checked above
+            if options.resume or options.record:
+                store.hold_session(session.id)  # before reading the runs it goes on from
             runs = store.runs(session.id)
             if not runs:
                 raise KediUsageError(f"session {session.label!r} has no recorded run")
@@ -254,6 +256,8 @@ def run_session(
             session = store.create_session(program=program_label, model=model or "")
         if options.fork:
             session = store.fork_session(session.id, name=options.fork)
+        # one run at a time appends to a session: it must hold the session before loading its view
+        store.hold_session(session.id)
         conversation = store.load_conversation(session.id)
         run_no = store.begin_run(session.id, program=program_label)
         return RunSession(

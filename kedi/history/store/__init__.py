@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING
 
 from kedi.history.store.records import (
     RunInfo,
+    SessionBusyError,
     SessionInfo,
     StoreError,
     TurnRecord,
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunInfo",
+    "SessionBusyError",
     "SessionInfo",
     "Store",
     "StoreError",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import socket
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -26,6 +28,7 @@ from kedi.history.store.exchanges import (
 )
 from kedi.history.store.records import (
     RunInfo,
+    SessionBusyError,
     SessionInfo,
     StoreError,
     TurnRecord,
@@ -64,8 +67,19 @@ class Driver(Protocol):
     def lock_schema(self, cursor: Cursor) -> None:
         """Serialize concurrent migrations (inside the migration transaction)."""
 
+    def hold_session(self, session_id: str, holder: str) -> str | None:
+        """Take the session's run lock without waiting; None when taken (or already held here),
+        else how its holder described itself ('' when unknown).
+
+        The lock must be one the operating system or the server drops when the
+        holder ends in any way (closing the store, exiting, SIGKILL).
+        """
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop what the run lock of a deleted session leaves behind (if no run holds it)."""
+
     def close(self) -> None:
-        """Release the connection."""
+        """Release the connection (and every session lock held through it)."""
 
 
 def _json(value: Any) -> str:
@@ -489,6 +503,7 @@ class Store:
             tx.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
             tx.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
             tx.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        self._driver.forget_session(session_id)
 
     def gc(self, older_than: float) -> list[str]:
         """Remove sessions unused for `older_than` seconds; return their ids."""
@@ -527,6 +542,33 @@ class Store:
         return self.session(child.id)
 
     # ------------------------------------------------------------ runs
+
+    def hold_session(self, session_id: str) -> None:
+        """Hold `session_id` for this store's run until the store is closed.
+
+        A run that continues a session appends to lanes whose view it loaded at
+        its start; a second run doing the same at once would interleave turns no
+        request ever sent. So one run at a time: this raises `SessionBusyError`
+        (naming the holder's run, start time, pid and host) when another store
+        holds the session, and never waits. Readers take no lock.
+        """
+        holder = self._driver.hold_session(
+            session_id, f"pid {os.getpid()} on {socket.gethostname()}"
+        )
+        if holder is None:
+            return
+        found = self.find_session(session_id, prefix=False)
+        label = found.label if found is not None else session_id
+        running = [run for run in self.runs(session_id) if run.status == "running"]
+        details = [holder] if holder else []
+        if running:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(running[-1].started))
+            details[:0] = [f"run {running[-1].run_no}", f"started at {started}"]
+        raise SessionBusyError(
+            f"session {label!r} has a run in progress"
+            + (f" ({', '.join(details)})" if details else "")
+            + "; wait for it or continue another session"
+        )
 
     def begin_run(self, session_id: str, *, program: str = "") -> int:
         """Record the start of a run; return its number (1, 2, ...)."""

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-from kedi.errors import KediError
+from kedi.errors import KediError, KediUsageError
 from kedi.history.lanes import LaneKey
 
 __all__ = [
     "RunInfo",
+    "SessionBusyError",
     "SessionInfo",
     "StoreError",
     "TurnRecord",
@@ -25,6 +26,10 @@ __all__ = [
 
 class StoreError(KediError):
     """The history store cannot be opened, read or written (the message says why and what to do)."""
+
+
+class SessionBusyError(StoreError, KediUsageError):
+    """Another run holds the session a run asked to continue (see `Store.hold_session`)."""
 
 
 _KEY_FIELDS = ("adapter", "model", "settings", "mcp", "tools", "format")

@@ -7,10 +7,19 @@ mid-commit leaves the turn either wholly in the file or wholly out of it
 file's lock for up to the busy timeout before failing with a clear error.
 `synchronous=FULL` makes each committed turn durable across a power loss,
 not only a process crash.
+
+A run continuing a session holds it with `flock` on a small file per session
+in `.<store>.locks/` beside the database (named by a hash of the session id,
+holding the holder's pid and host): the kernel drops the lock when the
+holder's file is closed, including when the process is killed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,6 +41,10 @@ class SQLiteDriver:
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.location = str(path)
         self._timeout = busy_timeout
+        # hidden: `history.db*` still names only the store's own files
+        self._locks_dir = path.with_name(f".{path.name}.locks")
+        self._held: dict[str, int] = {}
+        """The session locks this store holds: session id -> the locked file's descriptor."""
         self._lock = threading.RLock()
         """One transaction at a time on the connection (procedures may run in threads)."""
         try:
@@ -98,9 +111,56 @@ class SQLiteDriver:
     def lock_schema(self, cursor: Any) -> None:
         """`BEGIN IMMEDIATE` already holds the file's write lock."""
 
+    def _lock_file(self, session_id: str) -> Path:
+        # hashed: a session id may be any text a caller chose
+        return self._locks_dir / (hashlib.sha256(session_id.encode()).hexdigest()[:32] + ".lock")
+
+    def _try_flock(self, session_id: str) -> int | None:
+        """The descriptor of the session's lock file, locked; None when another holds it."""
+        try:
+            self._locks_dir.mkdir(mode=0o700, exist_ok=True)
+            descriptor = os.open(self._lock_file(session_id), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            raise StoreError(
+                f"cannot create the session lock beside {self.location}: {error.strerror or error}"
+            ) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None
+        return descriptor
+
+    def hold_session(self, session_id: str, holder: str) -> str | None:
+        """`flock` the session's lock file and write `holder` in it; else return what it says."""
+        if session_id in self._held:
+            return None
+        descriptor = self._try_flock(session_id)
+        if descriptor is None:
+            with contextlib.suppress(OSError):
+                return self._lock_file(session_id).read_text(errors="replace").strip()
+            return ""
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, holder.encode(), 0)
+        self._held[session_id] = descriptor
+        return None
+
+    def forget_session(self, session_id: str) -> None:
+        """Remove the deleted session's lock file, unless another run holds it."""
+        descriptor = self._held.pop(session_id, None)
+        if descriptor is None:
+            descriptor = self._try_flock(session_id)
+        if descriptor is not None:
+            with contextlib.suppress(OSError):
+                self._lock_file(session_id).unlink()
+            os.close(descriptor)
+
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection and release the session locks."""
         self._connection.close()
+        for descriptor in self._held.values():
+            os.close(descriptor)
+        self._held.clear()
 
 
 def open_sqlite(path: Path, *, busy_timeout: float = 10.0) -> Store:
