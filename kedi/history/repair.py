@@ -253,7 +253,10 @@ class _Pairing:
                 copied = follows + 1
                 repaired.append(results[next_result])
                 next_result += 1
-        repaired += walked[copied:]
+        if repaired:
+            repaired += walked[copied:]
+        else:  # nothing dropped or synthesized (a lane's usual request): one copy, not two
+            repaired = list(walked[copied:]) if copied else list(walked)
         return repaired, ids
 
 
