@@ -8,25 +8,16 @@ only ids.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_process import run_kedi
+
 TWO_CALLS = "> history: enabled\n[a] << Say one word.\n[b] << Say another.\n= <b>\n"
 
 
 def kedi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(tmp_path / "h.db")}
-    return subprocess.run(
-        [sys.executable, "-m", "kedi", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    return run_kedi(*args, history=tmp_path / "h.db")
 
 
 def test_two_sessions_that_said_the_same_things_do_not_diverge(tmp_path: Path) -> None:

@@ -8,25 +8,16 @@ session held the conversation the next call would continue.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_process import run_kedi
+
 CHAT = "> history: enabled\n[reply] << <`args.message`>\n= <reply>\n"
 
 
 def kedi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KEDI_HISTORY": str(tmp_path / "h.db")}
-    return subprocess.run(
-        [sys.executable, "-m", "kedi", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    return run_kedi(*args, history=tmp_path / "h.db")
 
 
 def test_explain_uses_the_model_the_session_was_recorded_with(tmp_path: Path) -> None:

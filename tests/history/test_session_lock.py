@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_process import run_kedi
+
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0
 """Bound of every wait: a run that is not where it should be by then fails the test."""
@@ -30,14 +32,7 @@ def _env(location: str) -> dict[str, str]:
 
 
 def kedi(location: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kedi", *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        cwd=ROOT,
-        env=_env(location),
-    )
+    return run_kedi(*args, history=location, timeout=WAIT)
 
 
 def gated_program(tmp_path: Path) -> tuple[Path, Path, Path]:
