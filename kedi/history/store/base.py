@@ -679,9 +679,10 @@ class Store:
         self, session_id: str, *, before_run: int | None = None, adapters: Iterable[Any] = ()
     ) -> Conversation:
         """The session's conversation rebuilt from its turns (every lane, native ones decoded)."""
-        return build_conversation(
-            session_id, self.turns(session_id, before_run=before_run), adapters=adapters
-        )
+        # Without the replay data: rebuilding a lane reads only messages, and expanding
+        # every stored exchange in full is quadratic in the session's length.
+        turns = self.turns(session_id, before_run=before_run, replay_data=False)
+        return build_conversation(session_id, turns, adapters=adapters)
 
 
 def build_conversation(
