@@ -28,9 +28,9 @@ REFERENCE = "messages_from"
 """The record field naming where a linear record's repeated messages are."""
 
 
-def base_of(record: dict[str, Any], messages: list[Any] | None = None) -> list[Any]:
-    """What a later record may refer to: the full `messages` (default: the record's) and the response."""
-    full = list(record.get("messages") or ()) if messages is None else messages
+def base_of(record: dict[str, Any]) -> list[Any]:
+    """What a later record may refer to (a new list): its full messages and its response."""
+    full = record.get("messages") or ()
     response = record.get("response")
     return [*full, response] if _is_message(response) else list(full)
 
@@ -117,7 +117,5 @@ class Expander:
             record = {name: value for name, value in record.items() if name != REFERENCE}
             record["messages"] = messages
         if index is not None:
-            self._bases[_key(index)] = base_of(
-                record, messages if isinstance(messages, list) else list(messages or ())
-            )
+            self._bases[_key(index)] = base_of(record)
         return record
