@@ -17,7 +17,6 @@ holder's file is closed, including when the process is killed.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import sqlite3
@@ -117,6 +116,13 @@ class SQLiteDriver:
 
     def _try_flock(self, session_id: str) -> int | None:
         """The descriptor of the session's lock file, locked; None when another holds it."""
+        try:  # imported here: reading a store needs no lock, and fcntl is Unix-only
+            import fcntl
+        except ImportError:
+            raise StoreError(
+                "session locks need fcntl (a Unix system); this platform cannot record runs "
+                f"in {self.location}"
+            ) from None
         try:
             self._locks_dir.mkdir(mode=0o700, exist_ok=True)
             descriptor = os.open(self._lock_file(session_id), os.O_RDWR | os.O_CREAT, 0o600)
@@ -140,8 +146,14 @@ class SQLiteDriver:
             with contextlib.suppress(OSError):
                 return self._lock_file(session_id).read_text(errors="replace").strip()
             return ""
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, holder.encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, holder.encode(), 0)
+        except OSError as error:  # a full disk, say: a store error, not a traceback
+            os.close(descriptor)
+            raise StoreError(
+                f"cannot write the session lock beside {self.location}: {error.strerror or error}"
+            ) from None
         self._held[session_id] = descriptor
         return None
 
@@ -149,6 +161,8 @@ class SQLiteDriver:
         """Remove the deleted session's lock file, unless another run holds it."""
         descriptor = self._held.pop(session_id, None)
         if descriptor is None:
+            if not self._lock_file(session_id).exists():
+                return  # never held: nothing to remove (and no lock file to create for it)
             descriptor = self._try_flock(session_id)
         if descriptor is not None:
             with contextlib.suppress(OSError):
