@@ -38,14 +38,20 @@ from kedi.adapters._langchain_messages import (
     reply_usage,
     reply_without_lone_surrogates,
 )
-from kedi.adapters._openai_wire import count, json_text, refused_output_format, seconds
+from kedi.adapters._openai_wire import (
+    count,
+    function_tool,
+    json_text,
+    refused_output_format,
+    seconds,
+)
 from kedi.adapters._portable import (
     WholeCharacters,
     correction_text,
     run_handler,
     validation_problems,
 )
-from kedi.adapters.base import CallRequest, CallResult, Exchange, JSONDict, OutputSpec, Usage
+from kedi.adapters.base import CallRequest, CallResult, Exchange, OutputSpec, Usage
 from kedi.errors import (
     AdapterError,
     HistoryProcessingValidationError,
@@ -167,13 +173,6 @@ async def _captured(
     return output, streamed
 
 
-def _function(name: str, description: str, parameters: JSONDict) -> JSONDict:
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
 # --------------------------------------------------------------------------- one call
 
 
@@ -244,7 +243,8 @@ class Turn:
         model = _configured(self.chat_model, self.request.settings)
         spec = self.request.output
         tools = [
-            _function(tool.name, tool.description, tool.parameters) for tool in self.request.tools
+            function_tool(tool.name, tool.description, tool.parameters)
+            for tool in self.request.tools
         ]
         if spec is not None and not tools:
             method = self.request.settings.get("structured_method")
@@ -253,7 +253,7 @@ class Turn:
             return model.with_structured_output(spec.model, include_raw=True, method=method)
         if spec is not None:
             return model.bind_tools(
-                [*tools, _function(spec.name, "The final answer.", spec.json_schema)],
+                [*tools, function_tool(spec.name, "The final answer.", spec.json_schema)],
                 tool_choice=self._structured_choice(spec),
             )
         if tools:

@@ -32,6 +32,7 @@ from kedi.errors import (
     RateLimitError,
 )
 from kedi.history import Message, ToolCall, wire_tool_arguments
+from kedi.settings import LLAMA_CPP_SETTINGS
 
 DEFAULT_OUTPUT_RETRIES = 2
 DEFAULT_REQUEST_LIMIT = 10
@@ -52,9 +53,7 @@ _BODY_SETTINGS = (
     "logit_bias",
     "service_tier",
     # llama.cpp's sampling fields: only the local adapter takes these settings
-    "repeat_penalty",
-    "top_k",
-    "min_p",
+    *sorted(LLAMA_CPP_SETTINGS),
 )
 _EFFORTS = {"max": "xhigh"}
 """`> effort:` values OpenAI spells differently."""

@@ -15,12 +15,12 @@ from kedi.errors import KediExecutionError, KediNameError, KediTypeExecutionErro
 from kedi.runtime import trace
 from kedi.runtime.scopes import AgentState, Frame, HistoryPolicy, Profile, SystemText
 from kedi.syntax import ast
-from kedi.syntax.directives import NOT_YET_SUPPORTED, SPECS, parse_plain_value
+from kedi.syntax.directives import EFFORT_LEVELS, NOT_YET_SUPPORTED, SPECS, parse_plain_value
 
 if TYPE_CHECKING:
     from kedi.runtime.interpreter import Interpreter
 
-EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh", "max"})
+EFFORTS = frozenset(EFFORT_LEVELS)
 _PROFILE_MEMBERS = frozenset(
     {"adapter", "model", "effort", "system", "settings", "history", "tools"}
 )
