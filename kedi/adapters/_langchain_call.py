@@ -28,7 +28,6 @@ from langchain_core.runnables import Runnable
 from pydantic import ValidationError
 
 from kedi.adapters._capture_stream import CaptureText, capture_text
-from kedi.adapters._langchain_errors import chat_model_error
 from kedi.adapters._langchain_messages import (
     CLASSIFIER,
     LangChainClassifier,
@@ -38,6 +37,7 @@ from kedi.adapters._langchain_messages import (
     reply_usage,
     reply_without_lone_surrogates,
 )
+from kedi.adapters._model_errors import model_error
 from kedi.adapters._openai_wire import (
     count,
     function_tool,
@@ -82,6 +82,8 @@ FIELD_SETTINGS = (
 """Settings set on the chat model's field of the same name (read on every request)."""
 BIND_SETTINGS = ("tool_choice", "parallel_tool_calls")
 """Settings passed to `bind_tools`."""
+KEY_HINT = "check the API key of the chat model's provider"
+"""What a refused key's error says to check (the chat model may be any provider's)."""
 _CLOSED = "Final result processed."
 """The content of the `ToolMessage` that closes an accepted output-tool call (as Pydantic AI words it)."""
 
@@ -307,7 +309,7 @@ class Turn:
             try:
                 answer = await self._send(runnable, sent)
             except Exception as error:  # the chat model's own errors, mapped at this one boundary
-                mapped = chat_model_error(error, self.where, self.partial("model"))
+                mapped = model_error(error, self.where, self.partial("model"), KEY_HINT)
                 if self.request.output is not None:
                     mapped = refused_output_format(
                         mapped, "structured_method", "function_calling, json_mode"

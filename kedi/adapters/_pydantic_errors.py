@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pydantic_ai import exceptions as pai
 from pydantic_ai.messages import ModelMessage
 
+from kedi.adapters._model_errors import model_error
 from kedi.adapters._openai_wire import provider_error, refused_output_format, worded_error
 from kedi.adapters._portable import detail_problems, validation_problems
 from kedi.adapters._pydantic_call import CallState
@@ -116,12 +117,9 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
         raise  # kedi's own (a history processor's, a usage error) already say what failed
     except Exception as error:
         # The model's own error (a custom or FunctionModel raising, a transport error
-        # Pydantic AI does not wrap): it lost the call's partial and its location. The
-        # LangChain adapter maps its chat model's errors the same way.
-        raise ProviderError(
-            f"{where} failed: {type(error).__name__}: {error}",
-            partial=call.partial("model", captured),
-        ) from error
+        # Pydantic AI does not wrap): mapped as the LangChain adapter maps its chat
+        # model's, with the call's partial and its location.
+        raise model_error(error, where, call.partial("model", captured), KEY_HINT) from error
 
 
 def _output_problems(error: pai.UnexpectedModelBehavior) -> str:

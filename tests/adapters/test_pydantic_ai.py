@@ -420,6 +420,15 @@ async def test_provider_errors_read_as_the_openai_adapters_do(status: int, words
     assert " failed" not in str(caught.value)
 
 
+async def test_a_models_own_transport_error_is_retryable_as_on_langchain() -> None:
+    # A model's plain exception is mapped as the LangChain adapter maps its chat model's.
+    adapter = PydanticAdapter(Script(raising(ConnectionError("connection reset"))).model())
+    with pytest.raises(ProviderError) as caught:
+        await adapter.request(call("Hi", origin="flow.kedi:3"))
+    assert str(caught.value).endswith("at flow.kedi:3 failed: ConnectionError: connection reset")
+    assert caught.value.retryable
+
+
 async def test_misuse_of_pydantic_ai_is_an_adapter_error() -> None:
     script = Script(text("one"), text("two"))
     adapter = PydanticAdapter(script.model())

@@ -1,7 +1,9 @@
-"""A chat model's failures as kedi's errors: by HTTP status where the SDK reports one.
+"""A model's own failures as kedi's errors: by HTTP status where the SDK reports one.
 
-It imports no LangChain: an SDK's error is read by its attributes
-(`status_code`, `response`, `code`) and its class names.
+For the errors a framework does not map itself (a LangChain chat model's, a
+Pydantic AI model's plain exception). It imports no framework: an SDK's
+error is read by its attributes (`status_code`, `response`, `code`) and its
+class names.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from kedi.adapters._openai_wire import provider_error
 from kedi.errors import ProviderError
 from kedi.history import PartialResult
 
-KEY_HINT = "check the API key of the chat model's provider"
-"""What a refused key's error says to check (the chat model may be any provider's)."""
 
+def model_error(
+    error: Exception, where: str, partial: PartialResult | None, key_hint: str
+) -> ProviderError:
+    """The kedi error of a model's failure: by HTTP status where the SDK reports one.
 
-def chat_model_error(error: Exception, where: str, partial: PartialResult | None) -> ProviderError:
-    """The kedi error of a chat-model failure: by HTTP status where the SDK reports one."""
+    Without a status, a connection failure or a timeout is retryable.
+    """
     status = getattr(error, "status_code", None)
     if not isinstance(status, int):
         status = getattr(getattr(error, "response", None), "status_code", None)
@@ -25,7 +29,7 @@ def chat_model_error(error: Exception, where: str, partial: PartialResult | None
             f"{where} failed: {detail}", retryable=_transient(error), partial=partial
         )
     code = str(getattr(error, "code", "") or "")
-    mapped = provider_error(status, code, detail, where, KEY_HINT)
+    mapped = provider_error(status, code, detail, where, key_hint)
     mapped.partial = partial
     return mapped
 
