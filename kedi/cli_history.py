@@ -543,6 +543,8 @@ def diff(first: str, second: str) -> None:
     """Where two sessions (or a session and its fork) first diverge."""
     import difflib
 
+    from kedi.runtime.sessions import request_text
+
     with _opened() as store:
         a, b = store.session(first), store.session(second)
         left, right = store.turns(a.id), store.turns(b.id)
@@ -552,10 +554,7 @@ def diff(first: str, second: str) -> None:
             click.echo(
                 f"first divergence at turn {index + 1} ({x.origin or '?'} vs {y.origin or '?'}):"
             )
-            show_a, show_b = (
-                json.dumps(said, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
-                for said in (said_x, said_y)
-            )
+            show_a, show_b = request_text(said_x), request_text(said_y)
             click.echo(
                 "\n".join(difflib.unified_diff(show_a, show_b, a.label, b.label, lineterm=""))
             )
@@ -583,7 +582,9 @@ def _what_was_said(turn: TurnRecord) -> dict[str, Any]:
     ids; the turns before agree, so the history does) and the request's
     source line (moved code is no divergence, as for `--replay`).
     """
-    request = {key: value for key, value in turn.request.items() if key != "origin"}
+    from kedi.runtime.sessions import without_origin
+
+    request = without_origin(turn.request)
     if isinstance(request.get("history"), dict):
         request["history"] = {k: v for k, v in request["history"].items() if k != "digest"}
     return {

@@ -105,7 +105,8 @@ class _HistoryDigest:
         return closed.hexdigest()[:16]
 
 
-def _request_text(rendered: Mapping[str, Any]) -> list[str]:
+def request_text(rendered: Mapping[str, Any]) -> list[str]:
+    """A rendered request (or any JSON data) as the lines a unified diff compares."""
     return json.dumps(rendered, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
 
 
@@ -167,7 +168,7 @@ class SessionRecorder:
         for index in candidates:
             turn = self._pool[index]
             assert turn is not None
-            if _without_origin(turn.request) == rendered:
+            if without_origin(turn.request) == rendered:
                 self._pool[index] = None
                 return turn
         if self.mode == "resume" and not candidates:
@@ -180,8 +181,8 @@ class SessionRecorder:
         recorded = self._pool[candidates[0]]
         assert recorded is not None
         diff = difflib.unified_diff(
-            _request_text(_without_origin(recorded.request)),
-            _request_text(rendered),
+            request_text(without_origin(recorded.request)),
+            request_text(rendered),
             f"recorded ({recorded.origin or 'turn ' + str(recorded.seq)})",
             f"current ({request.origin or 'call'})",
             lineterm="",
@@ -386,5 +387,6 @@ def usage_dict(usage: Usage) -> dict[str, int]:
     return {name: getattr(usage, name) for name in _USAGE_FIELDS}
 
 
-def _without_origin(request: Mapping[str, Any]) -> dict[str, Any]:
+def without_origin(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored request without its source line (moved code is the same request)."""
     return {name: value for name, value in request.items() if name != "origin"}
