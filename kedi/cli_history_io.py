@@ -17,7 +17,7 @@ from typing import Any
 from kedi.errors import HistoryError, KediUsageError
 from kedi.history.lanes import PORTABLE, LaneKey
 from kedi.history.store import StoreError, TurnRecord
-from kedi.history.store.base import Store
+from kedi.history.store.base import Store, build_conversation
 
 __all__ = ["explain_next", "import_session"]
 
@@ -149,7 +149,8 @@ def explain_next(
     except OSError as error:
         raise KediUsageError(f"cannot read {file}: {error.strerror or error}") from None
     program = compile_program(source, path=file)
-    conversation = store.load_conversation(info.id)
+    turns = store.turns(info.id, replay_data=False)  # read once: the lanes and the last model
+    conversation = build_conversation(info.id, turns)
 
     class Explainer(SessionRecorder):
         async def send(self, adapter: Any, key: Any, request: Any, lane: Any, live: Any) -> Any:  # noqa: ARG002
@@ -170,9 +171,8 @@ def explain_next(
             raise _Explained("\n".join(lines))
 
     if adapter is None and model is None:
-        last = [batch[-1].lane for batch in store.turn_summaries(info.id) if batch]
-        if last:
-            adapter, model = last[-1].adapter, last[-1].model
+        if turns:
+            adapter, model = turns[-1].lane.adapter, turns[-1].lane.model
     recorder = Explainer(None, info.id, 0, record=False)
     try:
         program.run_sync(
