@@ -25,8 +25,6 @@ import functools
 import inspect
 import sys
 import threading
-import warnings
-from ast import literal_eval as ast_literal
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
@@ -41,6 +39,7 @@ from kedi.runtime import trace
 from kedi.runtime.loops import run_on_thread_loop
 from kedi.runtime.scopes import AgentState, Scope
 from kedi.syntax import ast
+from kedi.syntax.directives import literal_or_text
 from kedi.syntax.python_snippets import returns_at_top_level
 
 if TYPE_CHECKING:
@@ -216,13 +215,7 @@ def _text_argument_hint(value: Any) -> str:
     if not isinstance(value, str) or not frames or frames[-1].kind in _CALLED_FROM_PYTHON:
         return ""
     hint = "an argument written as text passes a string; "
-    # literal_eval warns about odd escapes; the text is the user's, never an error of its own.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            literal = ast_literal(value) if len(value) <= 100 else value
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            literal = value
+    literal = literal_or_text(value) if len(value) <= 100 else value
     if isinstance(literal, str):
         return hint + "pass a value in backticks"
     return hint + f"write it in backticks (`{value.strip()}`) to pass its value"

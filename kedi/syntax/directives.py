@@ -132,8 +132,13 @@ def parse_plain_value(text: str) -> object:
             return convert(text)
         except ValueError:
             pass
-    # literal_eval warns about odd escapes in string literals; a directive
-    # value is user text, so such a warning must not escape as an error.
+    return literal_or_text(text)
+
+
+def literal_or_text(text: str) -> object:
+    """`text` as a Python literal when it is one, else `text` itself; never raises."""
+    # literal_eval warns about odd escapes in string literals; the text is the
+    # user's, so such a warning must not escape as an error.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
