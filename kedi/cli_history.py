@@ -167,10 +167,8 @@ _LOCATION = re.compile(r"([^\s:]+\.kedi:\d+)")
 
 
 def _origin_of(error: BaseException) -> str:
-    if isinstance(error, KediExecutionError):
-        spans = [frame.span for frame in error.frames if frame.span is not None]
-        if spans:  # the innermost .kedi line, the one the trace points at
-            return f"{spans[-1].path}:{spans[-1].line}"
+    if isinstance(error, KediExecutionError) and error.where:
+        return error.where
     found = _LOCATION.search(error.render() if isinstance(error, KediError) else str(error))
     return found.group(1) if found else ""
 

@@ -277,6 +277,12 @@ class KediExecutionError(KediError):
         """Partial evidence of a failed model call (see `kedi.history.PartialResult`)."""
         return getattr(self.original, "partial", None)
 
+    @property
+    def where(self) -> str:
+        """`file:line` of the innermost `.kedi` line the trace points at, or ""."""
+        spans = [frame.span for frame in self.frames if frame.span is not None]
+        return f"{spans[-1].path}:{spans[-1].line}" if spans else ""
+
     def __str__(self) -> str:
         return redact_text(self.render())
 

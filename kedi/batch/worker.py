@@ -113,10 +113,9 @@ def describe_error(failure: Exception) -> dict[str, str]:
     """A row's error as RESULTS shows it: the cause's type, its message, and where (`file:line`)."""
     if isinstance(failure, KediExecutionError):
         cause = failure.original if failure.original is not None else failure
-        spans = [frame.span for frame in failure.frames if frame.span is not None]
         error = {"type": type(cause).__name__, "message": failure.message}
-        if spans:
-            error["where"] = f"{spans[-1].path}:{spans[-1].line}"
+        if failure.where:
+            error["where"] = failure.where
         return error
     return {"type": type(failure).__name__, "message": str(failure) or repr(failure)}
 
