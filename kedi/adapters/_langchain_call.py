@@ -44,6 +44,7 @@ from kedi.adapters._openai_wire import (
     json_text,
     refused_output_format,
     seconds,
+    timed_out,
 )
 from kedi.adapters._portable import (
     WholeCharacters,
@@ -56,7 +57,6 @@ from kedi.errors import (
     AdapterError,
     HistoryProcessingValidationError,
     OutputValidationError,
-    ProviderError,
     StopRun,
 )
 from kedi.history import INTERRUPTED_RESULT, PartialResult, wire_tool_arguments
@@ -316,8 +316,7 @@ class Turn:
                     )
                 raise mapped from error
         if bounded.cancelled_caught:
-            message = f"the request to {self.where} timed out after {self.timeout:g} s"
-            raise ProviderError(message, retryable=True, partial=self.partial("model"))
+            raise timed_out(self.where, self.timeout, partial=self.partial("model"))
         reply = answer["raw"] if isinstance(answer, dict) else answer
         if not isinstance(reply, AIMessage):
             raise AdapterError(

@@ -462,6 +462,21 @@ _WORDING: dict[type[ProviderError], str] = {
 """How each kind of provider failure reads, on every adapter (`{http}`: ` (HTTP 401)` when known)."""
 
 
+def timed_out(
+    where: str,
+    seconds: float | None,
+    *,
+    per_attempt: bool = False,
+    partial: Any = None,
+) -> ProviderError:
+    """A request that outlived its `timeout` setting, worded alike on every adapter (retryable)."""
+    bound = f" after {seconds:g} s" if seconds is not None else ""
+    per = " per attempt" if per_attempt and bound else ""
+    return ProviderError(
+        f"the request to {where} timed out{bound}{per}", retryable=True, partial=partial
+    )
+
+
 def worded_error(
     kind: type[ProviderError],
     where: str,

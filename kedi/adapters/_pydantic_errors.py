@@ -13,7 +13,12 @@ from pydantic_ai import exceptions as pai
 from pydantic_ai.messages import ModelMessage
 
 from kedi.adapters._model_errors import model_error
-from kedi.adapters._openai_wire import provider_error, refused_output_format, worded_error
+from kedi.adapters._openai_wire import (
+    provider_error,
+    refused_output_format,
+    timed_out,
+    worded_error,
+)
 from kedi.adapters._portable import detail_problems, validation_problems
 from kedi.adapters._pydantic_call import CallState
 from kedi.adapters.base import CallRequest
@@ -85,12 +90,9 @@ def mapped_errors(call: CallState, captured: Sequence[ModelMessage]) -> Iterator
         # Worded as the openai and langchain adapters word it; the bound is per
         # HTTP attempt here (the provider's client retries a timed-out attempt).
         timeout = request.settings.get("timeout")
-        bound = f" after {timeout:g} s per attempt" if isinstance(timeout, int | float) else ""
-        raise ProviderError(
-            f"the request to {where} timed out{bound}",
-            retryable=True,
-            partial=call.partial("model", captured),
-        ) from error
+        seconds = timeout if isinstance(timeout, int | float) else None
+        partial = call.partial("model", captured)
+        raise timed_out(where, seconds, per_attempt=True, partial=partial) from error
     except pai.ModelAPIError as error:
         mapped = _provider_error(error, where, call.partial("model", captured))
         if isinstance(mapped, ModelNotFoundError) and _misses_v1(call.adapter.endpoint):

@@ -102,6 +102,7 @@ from kedi.adapters._openai_wire import (
     response_format,
     retry_after,
     seconds,
+    timed_out,
     wire_messages,
 )
 from kedi.adapters._portable import (
@@ -444,8 +445,7 @@ class OpenAIAdapter(Adapter):
                 finally:
                     await response.aclose()
         except (TimeoutError, httpx.TimeoutException):  # the whole attempt's, or one read's
-            message = f"the request to {url} timed out after {timeout:g} s"
-            raise _Retry(ProviderError(message, retryable=True)) from None
+            raise _Retry(timed_out(url, timeout)) from None
         except BodyTooLarge:
             raise self._too_large(options.max_reply_bytes) from None
         except (httpx.TransportError, httpx.DecodingError) as error:
