@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kedi.adapters import capability_cache
+from tests.adapters.openai_server import OpenAIServer
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +47,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     ):
         report.outcome = "failed"
         report.longrepr = f"skipped, but KEDI_REQUIRE_ALL=1 (CI) forbids skips: {report.longrepr}"
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    """A scripted chat-completions endpoint on 127.0.0.1 (tests/adapters/openai_server.py)."""
+    with OpenAIServer() as running:
+        yield running

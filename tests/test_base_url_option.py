@@ -9,7 +9,6 @@ command line's endpoint options applied.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ from click.testing import CliRunner
 
 from kedi.cli import main
 from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, completion
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 @pytest.mark.parametrize(

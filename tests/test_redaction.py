@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -55,12 +54,6 @@ def leaks(text: str) -> list[str]:
     return [
         s for s in SECRETS if s in text or quote(s, safe="") in text or s.encode().hex() in text
     ]
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ must say so too, or the retry is cut off in the same place.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,12 +23,6 @@ CITY = kedi.compile(
     path="city.kedi",
 )
 CUT = '{"city": {"name": "Par'
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def adapter(server: OpenAIServer) -> OpenAIAdapter:

@@ -7,8 +7,6 @@ posts to `.../chat/completions/chat/completions`, and its hint asked whether
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import kedi
@@ -17,12 +15,6 @@ from kedi.errors import ModelNotFoundError
 from tests.adapters.openai_server import MODEL, OpenAIServer, Reply
 
 PROGRAM = kedi.compile("[x] << Hi\n= <x>\n")
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def test_a_base_url_ending_in_the_endpoint_is_named_with_the_url_to_give(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,12 +37,6 @@ from tests.adapters.openai_server import (
 
 PARTIAL = [f"data: {json.dumps(chunk({'content': 'PARTIAL'}))}", ""]
 """A stream that sends some content, then closes with no finish reason and no [DONE]."""
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def make(server: OpenAIServer, **options: Any) -> OpenAIAdapter:

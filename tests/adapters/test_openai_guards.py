@@ -14,7 +14,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -71,12 +71,6 @@ CITY_ARGS = '{"name": "Paris", "population": 1}'
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def make(server: OpenAIServer, **options: Any) -> OpenAIAdapter:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import traceback
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,12 +26,6 @@ from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, completion,
 
 KEY = "sk-test-http-path-0123456789"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 @pytest.fixture

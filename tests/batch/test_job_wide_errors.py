@@ -9,7 +9,6 @@ fixed re-run needed --retry-errors to redo them).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,6 @@ from kedi.history.store import open_store
 from tests.adapters.openai_server import MODEL, OpenAIServer, Reply, completion, error_body
 
 ROWS = 6
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 @pytest.fixture

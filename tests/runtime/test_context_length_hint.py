@@ -8,8 +8,6 @@ and nothing says that kedi can bound what it sends (`> history:` with
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import kedi
@@ -23,12 +21,6 @@ TOO_LONG = Reply(
         "This model's maximum context length is 2048 tokens.", code="context_length_exceeded"
     ),
 )
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def run(server: OpenAIServer, source: str) -> ContextLengthError:

@@ -11,10 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.adapters.openai_server import (
     MODEL,
@@ -28,12 +25,6 @@ from tests.adapters.openai_server import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def streamed(*pieces: str) -> Reply:

@@ -37,12 +37,6 @@ SUMMARY_TEXT = 'Line one\nsaid "hi" 😀'
 SUMMARY_DELTAS = ["Line", " one", '\nsaid "hi', '" ', "😀"]  # one per chunk that adds text
 
 
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
-
-
 def streamed(*pieces: str) -> Reply:
     return Reply(
         events=sse(
